@@ -1,0 +1,171 @@
+"""The in-memory corpus every part of the package works on.
+
+A :class:`Corpus` holds documents as one flat array of token ids plus document
+offsets (CSR layout), so that samplers and metrics run over contiguous integer
+arrays at compiled speed and no Python list of strings is kept per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Tokenized documents over a fixed vocabulary.
+
+    Parameters
+    ----------
+    tokens : np.ndarray
+        ``int32`` token ids of all documents, concatenated in document order.
+    doc_ptr : np.ndarray
+        ``int64`` offsets of length ``n_docs + 1``: document ``d`` is
+        ``tokens[doc_ptr[d]:doc_ptr[d + 1]]``.
+    vocabulary : tuple of str
+        Word of each token id, in id order.
+    labels : np.ndarray or None
+        Label (string) of each document, or None when the corpus has none.
+    split : np.ndarray or None
+        ``"train"``, ``"val"`` or ``"test"`` for each document, or None when the
+        corpus came without a partition.
+    """
+
+    tokens: np.ndarray
+    doc_ptr: np.ndarray
+    vocabulary: tuple[str, ...]
+    labels: np.ndarray | None = None
+    split: np.ndarray | None = None
+    _word_index: dict[str, int] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)
+        doc_ptr = np.ascontiguousarray(self.doc_ptr, dtype=np.int64)
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "doc_ptr", doc_ptr)
+        object.__setattr__(self, "vocabulary", tuple(self.vocabulary))
+        if doc_ptr.ndim != 1 or doc_ptr.size < 1 or doc_ptr[0] != 0 or doc_ptr[-1] != tokens.size:
+            raise ValueError("doc_ptr must start at 0 and end at len(tokens)")
+        if np.any(np.diff(doc_ptr) < 0):
+            raise ValueError("doc_ptr must be non-decreasing")
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= len(self.vocabulary)):
+            raise ValueError("token ids must lie in [0, len(vocabulary))")
+        for name in ("labels", "split"):
+            value = getattr(self, name)
+            if value is not None:
+                value = np.asarray(value, dtype=object)
+                if value.shape != (self.n_docs,):
+                    raise ValueError(f"{name} must have one entry per document")
+                object.__setattr__(self, name, value)
+        if self.split is not None and not set(self.split) <= set(SPLITS):
+            raise ValueError(f"split entries must be one of {SPLITS}")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_docs(self) -> int:
+        """Number of documents."""
+        return int(self.doc_ptr.size - 1)
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of tokens over all documents."""
+        return int(self.tokens.size)
+
+    @property
+    def n_words(self) -> int:
+        """Vocabulary size V."""
+        return len(self.vocabulary)
+
+    @property
+    def doc_lengths(self) -> np.ndarray:
+        """Number of tokens of each document."""
+        return np.diff(self.doc_ptr)
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """Document index of every token (``int32``, same length as ``tokens``)."""
+        return np.repeat(np.arange(self.n_docs, dtype=np.int32), self.doc_lengths)
+
+    @property
+    def word_index(self) -> dict[str, int]:
+        """Map from word to token id."""
+        if self._word_index is None:
+            object.__setattr__(self, "_word_index", {w: i for i, w in enumerate(self.vocabulary)})
+        return self._word_index
+
+    def document(self, d: int) -> np.ndarray:
+        """Token ids of document ``d``."""
+        return self.tokens[self.doc_ptr[d] : self.doc_ptr[d + 1]]
+
+    def words(self, d: int) -> list[str]:
+        """Words of document ``d``."""
+        return [self.vocabulary[t] for t in self.document(d)]
+
+    # ---------------------------------------------------------- derived forms
+    def doc_term_matrix(self) -> sp.csr_matrix:
+        """Document-term count matrix, shape ``(n_docs, V)``, ``int64`` counts."""
+        data = np.ones(self.n_tokens, dtype=np.int64)
+        m = sp.csr_matrix((data, self.tokens, self.doc_ptr), shape=(self.n_docs, self.n_words))
+        m.sum_duplicates()
+        return m
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> "Corpus":
+        """The documents at ``indices`` (in that order), same vocabulary."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_docs):
+            raise IndexError("document index out of range")
+        lengths = self.doc_lengths[idx]
+        doc_ptr = np.zeros(idx.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=doc_ptr[1:])
+        if idx.size:
+            starts = self.doc_ptr[idx]
+            token_pos = np.repeat(starts - doc_ptr[:-1], lengths) + np.arange(doc_ptr[-1])
+            tokens = self.tokens[token_pos]
+        else:
+            tokens = np.zeros(0, dtype=np.int32)
+        return Corpus(
+            tokens=tokens,
+            doc_ptr=doc_ptr,
+            vocabulary=self.vocabulary,
+            labels=None if self.labels is None else self.labels[idx],
+            split=None if self.split is None else self.split[idx],
+        )
+
+    def select_split(self, *names: str) -> "Corpus":
+        """The documents whose split is one of ``names`` (corpus order kept)."""
+        if self.split is None:
+            raise ValueError("this corpus has no train/val/test split")
+        unknown = set(names) - set(SPLITS)
+        if unknown:
+            raise ValueError(f"unknown split name(s) {sorted(unknown)}; use {SPLITS}")
+        return self.subset(np.flatnonzero(np.isin(self.split, names)))
+
+    @classmethod
+    def from_documents(
+        cls,
+        documents: Sequence[Sequence[int]],
+        vocabulary: Sequence[str],
+        labels: Sequence[str] | None = None,
+        split: Sequence[str] | None = None,
+    ) -> "Corpus":
+        """Build a corpus from per-document token id lists."""
+        lengths = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
+        doc_ptr = np.zeros(len(documents) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=doc_ptr[1:])
+        tokens = (
+            np.concatenate([np.asarray(d, dtype=np.int32) for d in documents])
+            if len(documents) and doc_ptr[-1]
+            else np.zeros(0, dtype=np.int32)
+        )
+        return cls(
+            tokens=tokens,
+            doc_ptr=doc_ptr,
+            vocabulary=tuple(vocabulary),
+            labels=None if labels is None else np.asarray(labels, dtype=object),
+            split=None if split is None else np.asarray(split, dtype=object),
+        )

@@ -1,0 +1,119 @@
+"""The model file contract: ``model.npz`` with topic_word, vocabulary and metadata.
+
+Every method writes its final model with :func:`save_model`; every scorer reads it
+back with :func:`load_model` (see DESIGN.md, "Contracts").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flower_topics.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class TopicModel:
+    """A trained topic model.
+
+    Parameters
+    ----------
+    topic_word : np.ndarray
+        ``(K, V)`` float64 matrix, each row a distribution over the vocabulary.
+    vocabulary : tuple of str
+        The word of each column of ``topic_word``.
+    metadata : dict
+        Method, run config, rounds, privacy spent, wall time.
+    """
+
+    topic_word: np.ndarray
+    vocabulary: tuple[str, ...]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        phi = np.asarray(self.topic_word, dtype=np.float64)
+        object.__setattr__(self, "topic_word", phi)
+        object.__setattr__(self, "vocabulary", tuple(self.vocabulary))
+        if phi.ndim != 2 or phi.shape[0] < 1:
+            raise ValueError("topic_word must be a non-empty (K, V) matrix")
+        if phi.shape[1] != len(self.vocabulary):
+            raise ValueError(
+                f"topic_word has {phi.shape[1]} columns but the vocabulary has {len(self.vocabulary)} words"
+            )
+        if not np.all(np.isfinite(phi)) or np.any(phi < 0):
+            raise ValueError("topic_word must be finite and non-negative")
+        if not np.allclose(phi.sum(axis=1), 1.0, atol=1e-8):
+            raise ValueError("each row of topic_word must sum to 1")
+
+    @property
+    def n_topics(self) -> int:
+        """Number of topics K."""
+        return int(self.topic_word.shape[0])
+
+    def top_words(self, n: int = 10) -> list[list[str]]:
+        """The ``n`` most probable words of each topic (ties to the lower column)."""
+        order = np.argsort(-self.topic_word, axis=1, kind="stable")[:, :n]
+        return [[self.vocabulary[j] for j in row] for row in order]
+
+
+def normalize_rows(counts: np.ndarray, prior: float = 0.0) -> np.ndarray:
+    """Rows of ``counts + prior`` divided by their sums (float64).
+
+    A row with zero total mass becomes uniform.
+    """
+    m = np.asarray(counts, dtype=np.float64) + prior
+    totals = m.sum(axis=1, keepdims=True)
+    uniform = np.full_like(m, 1.0 / m.shape[1])
+    return np.divide(m, totals, out=uniform, where=totals > 0)
+
+
+def save_model(path: str | os.PathLike[str], model: TopicModel) -> Path:
+    """Write ``model`` to ``path`` atomically (no half-written file on failure)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".model-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez_compressed(
+                fh,
+                topic_word=model.topic_word,
+                vocabulary=np.asarray(model.vocabulary, dtype=str),
+                metadata=np.asarray(json.dumps(model.metadata, default=_json_default)),
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_model(path: str | os.PathLike[str]) -> TopicModel:
+    """Read a model written by :func:`save_model`."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserInputError(f"model file {path} does not exist; pass the model.npz a run wrote")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return TopicModel(
+                topic_word=data["topic_word"],
+                vocabulary=tuple(str(w) for w in data["vocabulary"]),
+                metadata=json.loads(str(data["metadata"])),
+            )
+    except (KeyError, ValueError, OSError) as exc:
+        raise UserInputError(f"{path} is not a valid model file ({exc})") from None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot serialize {type(obj).__name__} to JSON")
