@@ -110,7 +110,8 @@ class Corpus:
     def doc_term_matrix(self) -> sp.csr_matrix:
         """Document-term count matrix, shape ``(n_docs, V)``, ``int64`` counts."""
         data = np.ones(self.n_tokens, dtype=np.int64)
-        m = sp.csr_matrix((data, self.tokens, self.doc_ptr), shape=(self.n_docs, self.n_words))
+        # copies: sum_duplicates() sorts the index arrays in place, which must not touch self.tokens
+        m = sp.csr_matrix((data, self.tokens.copy(), self.doc_ptr.copy()), shape=(self.n_docs, self.n_words))
         m.sum_duplicates()
         return m
 

@@ -1,0 +1,91 @@
+"""Label-based scores of document-topic proportions (DESIGN.md, "Metric definitions")."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score, normalized_mutual_info_score
+
+
+def clustering_scores(theta: np.ndarray, labels: Sequence[object] | np.ndarray) -> dict[str, float]:
+    """NMI and purity of the clustering ``argmax_k theta_dk`` against labels.
+
+    Each document's cluster is its most probable topic (ties to the lower topic).
+    ``"nmi"`` is scikit-learn's ``normalized_mutual_info_score`` (arithmetic-mean
+    normalization); ``"purity"`` is ``sum over clusters of the count of the
+    cluster's most frequent label, divided by the number of documents``.
+
+    Parameters
+    ----------
+    theta : np.ndarray
+        ``(D, K)`` document-topic proportions.
+    labels : sequence
+        The label of each of the ``D`` documents.
+
+    Returns
+    -------
+    dict
+        ``{"nmi": float, "purity": float}``.
+    """
+    theta = np.asarray(theta, dtype=np.float64)
+    labels = np.asarray(labels, dtype=object)
+    if theta.ndim != 2 or theta.shape[0] != labels.shape[0] or theta.shape[0] == 0:
+        raise ValueError("theta must be a non-empty (D, K) matrix with one label per row")
+    clusters = theta.argmax(axis=1)
+    _, label_ids = np.unique(labels.astype(str), return_inverse=True)
+    n_labels = int(label_ids.max()) + 1
+    contingency = np.bincount(clusters * n_labels + label_ids, minlength=theta.shape[1] * n_labels)
+    purity = contingency.reshape(theta.shape[1], n_labels).max(axis=1).sum() / theta.shape[0]
+    return {
+        "nmi": float(normalized_mutual_info_score(label_ids, clusters)),
+        "purity": float(purity),
+    }
+
+
+def classification_f1(
+    theta_train: np.ndarray,
+    labels_train: Sequence[object] | np.ndarray,
+    theta_test: np.ndarray,
+    labels_test: Sequence[object] | np.ndarray,
+    *,
+    seed: int = 0,
+) -> float:
+    """Macro-F1 of a logistic regression on theta (train on train, test on test).
+
+    DESIGN.md: "macro-F1 of a logistic regression on theta (train on the training
+    documents, test on the test documents)". The classifier is scikit-learn's
+    ``LogisticRegression(max_iter=1000, random_state=seed)`` on the raw theta
+    features; the F1 is macro-averaged over the labels present in the test labels
+    or the predictions, a label never predicted scoring an F1 of 0.
+
+    Parameters
+    ----------
+    theta_train, theta_test : np.ndarray
+        ``(D_train, K)`` and ``(D_test, K)`` document-topic proportions.
+    labels_train, labels_test : sequence
+        Labels of the training and test documents.
+    seed : int, default 0
+        ``random_state`` of the classifier.
+
+    Returns
+    -------
+    float
+        Macro-F1 on the test documents.
+
+    Raises
+    ------
+    ValueError
+        If the training labels hold fewer than two classes or a set is empty.
+    """
+    y_train = np.asarray(labels_train, dtype=object).astype(str)
+    y_test = np.asarray(labels_test, dtype=object).astype(str)
+    if np.unique(y_train).size < 2:
+        raise ValueError("the training documents need at least two distinct labels for the classifier")
+    if y_test.size == 0:
+        raise ValueError("there are no test documents to classify")
+    classifier = LogisticRegression(max_iter=1000, random_state=seed)
+    classifier.fit(np.asarray(theta_train, dtype=np.float64), y_train)
+    predicted = classifier.predict(np.asarray(theta_test, dtype=np.float64))
+    return float(f1_score(y_test, predicted, average="macro", zero_division=0.0))

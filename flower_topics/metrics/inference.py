@@ -1,0 +1,213 @@
+"""Reading a corpus against a fixed model: vocabulary alignment, top words, theta fold-in.
+
+Every metric of DESIGN.md ("Metric definitions") scores a model's ``topic_word``
+matrix against documents. The helpers here put the documents on the model's
+vocabulary, rank each topic's words, and fold in document-topic proportions.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from flower_topics.data.corpus import Corpus
+
+
+def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.ndarray:
+    """``topic_word`` as a float64 ``(K, V)`` array, validated.
+
+    Parameters
+    ----------
+    topic_word : np.ndarray
+        Topic-word matrix, one distribution over the vocabulary per row.
+    n_words : int, optional
+        Required number of columns (the vocabulary size of the scored corpus).
+
+    Returns
+    -------
+    np.ndarray
+        The matrix as a C-contiguous float64 array.
+
+    Raises
+    ------
+    ValueError
+        If the matrix is not 2-D with at least one row, has negative or non-finite
+        entries, or does not have ``n_words`` columns.
+    """
+    phi = np.ascontiguousarray(topic_word, dtype=np.float64)
+    if phi.ndim != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
+        raise ValueError(f"topic_word must be a non-empty (K, V) matrix, got shape {phi.shape}")
+    if not np.all(np.isfinite(phi)) or np.any(phi < 0):
+        raise ValueError("topic_word must be finite and non-negative")
+    if n_words is not None and phi.shape[1] != n_words:
+        raise ValueError(
+            f"topic_word has {phi.shape[1]} columns but the corpus vocabulary has {n_words} words; "
+            "align the corpus to the model vocabulary first (align_corpus)"
+        )
+    return phi
+
+
+def top_word_indices(topic_word: np.ndarray, n: int) -> np.ndarray:
+    """Column indices of each topic's ``n`` most probable words.
+
+    Largest phi first; ties go to the lower column (a stable sort on ``-phi``), as
+    DESIGN.md ("Metric definitions") requires.
+
+    Parameters
+    ----------
+    topic_word : np.ndarray
+        ``(K, V)`` topic-word matrix.
+    n : int
+        Number of words per topic, ``1 <= n <= V``.
+
+    Returns
+    -------
+    np.ndarray
+        ``(K, n)`` int64 column indices, rank order along each row.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is outside ``[1, V]``.
+    """
+    phi = check_topic_word(topic_word)
+    if not 1 <= n <= phi.shape[1]:
+        raise ValueError(f"n must lie in [1, {phi.shape[1]}] (the vocabulary size), got {n}")
+    return np.argsort(-phi, axis=1, kind="stable")[:, :n]
+
+
+def align_corpus(corpus: Corpus, vocabulary: Sequence[str]) -> tuple[Corpus, int]:
+    """Re-express ``corpus`` over the model's ``vocabulary``, dropping unknown words.
+
+    Token ids are mapped through one lookup array (corpus id -> model column, -1
+    for a word the model does not know); out-of-vocabulary tokens are removed, as
+    DESIGN.md says for perplexity ("Out-of-vocabulary words are skipped and
+    counted"). Documents, their order, labels and split are kept; a document whose
+    tokens are all out of vocabulary becomes empty.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        Documents over any vocabulary.
+    vocabulary : sequence of str
+        The model's vocabulary, in ``topic_word`` column order (distinct words).
+
+    Returns
+    -------
+    aligned : Corpus
+        The corpus with token ids that index the columns of ``topic_word``.
+    n_oov : int
+        Number of tokens dropped because their word is not in ``vocabulary``.
+
+    Raises
+    ------
+    ValueError
+        If ``vocabulary`` contains a word twice.
+    """
+    vocabulary = tuple(vocabulary)
+    if corpus.vocabulary == vocabulary:
+        return corpus, 0
+    column = {word: j for j, word in enumerate(vocabulary)}
+    if len(column) != len(vocabulary):
+        raise ValueError("the model vocabulary contains duplicate words")
+    lookup = np.fromiter(
+        (column.get(word, -1) for word in corpus.vocabulary), dtype=np.int64, count=corpus.n_words
+    )
+    mapped = lookup[corpus.tokens]
+    keep = mapped >= 0
+    kept_before = np.zeros(corpus.n_tokens + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept_before[1:])
+    aligned = Corpus(
+        tokens=mapped[keep].astype(np.int32),
+        doc_ptr=kept_before[corpus.doc_ptr],
+        vocabulary=vocabulary,
+        labels=corpus.labels,
+        split=corpus.split,
+    )
+    return aligned, int(corpus.n_tokens - aligned.n_tokens)
+
+
+def infer_theta(
+    topic_word: np.ndarray, corpus: Corpus, *, alpha: float = 0.01, n_iter: int = 100
+) -> np.ndarray:
+    """Fold in document-topic proportions against a fixed ``topic_word``.
+
+    MAP estimate of each document's theta under a symmetric Dirichlet(alpha + 1)
+    prior, by EM with phi held fixed. Starting from the uniform theta, each of the
+    ``n_iter`` iterations applies, to all documents at once,
+
+    .. math::
+
+        \\theta_{dk} \\leftarrow \\frac{\\alpha + \\sum_w n_{dw}\\,
+            \\theta_{dk}\\phi_{kw} / \\sum_j \\theta_{dj}\\phi_{jw}}
+            {K\\alpha + \\sum_w n_{dw}}
+
+    (the standard fold-in EM, DESIGN.md "held-out perplexity": "a fixed number of
+    EM iterations, small symmetric alpha"). A token whose word has probability 0
+    under every topic of the document's theta carries no responsibility. Empty
+    documents get the uniform theta.
+
+    Parameters
+    ----------
+    topic_word : np.ndarray
+        ``(K, V)`` topic-word matrix, rows summing to 1.
+    corpus : Corpus
+        Documents over the model vocabulary (see :func:`align_corpus`).
+    alpha : float, default 0.01
+        Symmetric pseudo-count added to each topic's expected count, ``>= 0``.
+    n_iter : int, default 100
+        Number of EM iterations, ``>= 0``.
+
+    Returns
+    -------
+    np.ndarray
+        ``(D, K)`` float64 matrix, each row a distribution over topics.
+    """
+    phi = check_topic_word(topic_word, corpus.n_words)
+    counts = sp.csr_matrix(
+        (np.ones(corpus.n_tokens), (corpus.doc_ids, corpus.tokens)), shape=(corpus.n_docs, corpus.n_words)
+    )
+    return fold_in(phi, counts, alpha=alpha, n_iter=n_iter)
+
+
+def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int) -> np.ndarray:
+    """The EM of :func:`infer_theta` on a ``(D, V)`` sparse count matrix.
+
+    Parameters
+    ----------
+    phi : np.ndarray
+        ``(K, V)`` float64 topic-word matrix (validated by the caller).
+    counts : scipy.sparse.csr_matrix
+        Document-term counts ``n_dw``.
+    alpha : float
+        Symmetric pseudo-count, ``>= 0``.
+    n_iter : int
+        Number of EM iterations, ``>= 0``.
+
+    Returns
+    -------
+    np.ndarray
+        ``(D, K)`` document-topic proportions.
+    """
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if n_iter < 0:
+        raise ValueError(f"n_iter must be >= 0, got {n_iter}")
+    n_topics = phi.shape[0]
+    counts = sp.csr_matrix(counts, dtype=np.float64, copy=True)
+    counts.sum_duplicates()
+    rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))
+    phi_at_tokens = np.ascontiguousarray(phi.T[counts.indices])
+    n_dw = counts.data.copy()
+    phi_t = np.ascontiguousarray(phi.T)
+    theta = np.full((counts.shape[0], n_topics), 1.0 / n_topics)
+    for _ in range(n_iter):
+        p_dw = np.einsum("nk,nk->n", np.take(theta, rows, axis=0), phi_at_tokens)
+        np.divide(n_dw, p_dw, out=counts.data, where=p_dw > 0)
+        counts.data[p_dw <= 0] = 0.0
+        theta = alpha + theta * (counts @ phi_t)
+        totals = theta.sum(axis=1, keepdims=True)
+        theta = np.divide(theta, totals, out=np.full_like(theta, 1.0 / n_topics), where=totals > 0)
+    return theta

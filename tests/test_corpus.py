@@ -1,0 +1,35 @@
+"""The Corpus container."""
+
+import numpy as np
+import pytest
+
+from flower_topics.data.corpus import Corpus
+
+
+def _corpus() -> Corpus:
+    return Corpus.from_documents([[2, 0, 2, 1], [1, 1], []], ["a", "b", "c"], labels=["x", "y", "x"],
+                                 split=["train", "test", "val"])
+
+
+def test_doc_term_matrix_counts_and_leaves_tokens_untouched():
+    corpus = _corpus()
+    before = corpus.tokens.copy()
+    m = corpus.doc_term_matrix()
+    np.testing.assert_array_equal(m.toarray(), [[1, 1, 2], [0, 2, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(corpus.tokens, before)  # regression: scipy sorted it in place once
+
+
+def test_subset_and_split_selection():
+    corpus = _corpus()
+    sub = corpus.subset([1, 0])
+    assert sub.words(0) == ["b", "b"] and sub.words(1) == ["c", "a", "c", "b"]
+    assert list(sub.labels) == ["y", "x"] and list(sub.split) == ["test", "train"]
+    assert corpus.select_split("train", "val").n_docs == 2
+    np.testing.assert_array_equal(corpus.doc_ids, [0, 0, 0, 0, 1, 1])
+
+
+@pytest.mark.parametrize("kwargs", [dict(tokens=[0, 3], doc_ptr=[0, 2]), dict(tokens=[0, 1], doc_ptr=[0, 1]),
+                                    dict(tokens=[0, 1], doc_ptr=[0, 2], split=["bad"])])
+def test_invalid_corpus_rejected(kwargs):
+    with pytest.raises(ValueError):
+        Corpus(vocabulary=("a", "b", "c"), **kwargs)
