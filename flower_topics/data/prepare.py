@@ -1,0 +1,157 @@
+"""From a validated run config to the corpus of a run and the partition of a node.
+
+The server and every client call the same functions with the same config, so they
+agree on the vocabulary, the train/val/test split and the partitions without
+exchanging any data. Loaded corpora are cached per process: a simulation worker that
+serves many rounds reads its corpus once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from flower_topics.data.corpus import Corpus
+from flower_topics.data.partition import parse_sizes, partition_documents
+from flower_topics.data.preprocessing import PreprocessConfig
+from flower_topics.data.readers import load_corpus
+from flower_topics.data.splits import ensure_split, training_corpus
+from flower_topics.data.synthetic import SyntheticConfig, SyntheticCorpus, make_synthetic_corpus
+from flower_topics.errors import UserInputError
+
+SYNTHETIC = "synthetic"
+
+
+@dataclass(frozen=True)
+class RunData:
+    """The corpus of a run.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        All documents, with a train/val/test split.
+    synthetic : SyntheticCorpus or None
+        The generator's output (true topics) when the corpus is synthetic.
+    """
+
+    corpus: Corpus
+    synthetic: SyntheticCorpus | None = None
+
+    @property
+    def truth(self) -> np.ndarray | None:
+        """The true topic-word matrix of a synthetic corpus, else None."""
+        return None if self.synthetic is None else self.synthetic.topic_word
+
+    @property
+    def train(self) -> Corpus:
+        """Training documents (train + val)."""
+        return training_corpus(self.corpus)
+
+
+def synthetic_config(config: Mapping[str, object]) -> SyntheticConfig:
+    """The synthetic-corpus parameters of a run config."""
+    return SyntheticConfig(
+        n_nodes=int(config["synthetic-nodes"]),
+        n_topics=int(config["synthetic-topics"]),
+        n_shared_topics=int(config["synthetic-shared-topics"]),
+        vocab_size=int(config["synthetic-vocab-size"]),
+        eta=float(config["synthetic-eta"]),
+        alpha=float(config["synthetic-alpha"]),
+        doc_length=(int(config["synthetic-doc-min-length"]), int(config["synthetic-doc-max-length"])),
+        docs_per_node=int(config["synthetic-docs-per-node"]),
+    )
+
+
+def preprocess_config(config: Mapping[str, object]) -> PreprocessConfig:
+    """The preprocessing options of a run config."""
+    min_df = float(config["min-df"])  # type: ignore[arg-type]
+    max_df = float(config["max-df"])  # type: ignore[arg-type]
+    return PreprocessConfig(
+        lowercase=bool(config["lowercase"]),
+        stopwords=None if config["stopwords"] == "none" else str(config["stopwords"]),
+        min_df=int(min_df) if min_df >= 1 else min_df,
+        max_df=int(max_df) if max_df > 1 else max_df,
+        max_vocab=int(config["max-vocab"]) or None,  # type: ignore[call-overload]
+        min_doc_length=int(config["min-doc-length"]),  # type: ignore[call-overload]
+    )
+
+
+def load_run_data(config: Mapping[str, object]) -> RunData:
+    """Load (or generate) the corpus a run config names, with its split."""
+    return _load_cached(tuple(sorted((k, v) for k, v in config.items() if _is_data_key(k))))
+
+
+def _is_data_key(key: str) -> bool:
+    return key in {
+        "dataset", "text-column", "label-column", "lowercase", "stopwords", "min-df", "max-df",
+        "max-vocab", "min-doc-length", "seed",
+    } or key.startswith("synthetic-")
+
+
+@lru_cache(maxsize=4)
+def _load_cached(items: tuple[tuple[str, object], ...]) -> RunData:
+    config = dict(items)
+    seed = int(config["seed"])  # type: ignore[call-overload]
+    dataset = str(config["dataset"])
+    if dataset == SYNTHETIC:
+        synthetic = make_synthetic_corpus(synthetic_config(config), seed=seed)
+        return RunData(corpus=ensure_split(synthetic.corpus, seed=seed), synthetic=synthetic)
+    path = Path(dataset).expanduser()
+    if not path.exists():
+        raise UserInputError(
+            f"dataset {dataset!r} does not exist; pass dataset='synthetic' or the path of an OCTIS folder, "
+            ".jsonl, .csv or folder of .txt files"
+        )
+    corpus = load_corpus(
+        path,
+        text_column=str(config["text-column"]),
+        label_column=str(config["label-column"]),
+        preprocess_config=preprocess_config(config),
+    )
+    return RunData(corpus=ensure_split(corpus, seed=seed))
+
+
+def node_partition(config: Mapping[str, object], partition_id: int, num_partitions: int) -> Corpus:
+    """The training documents of one node.
+
+    Parameters
+    ----------
+    config : Mapping
+        A validated run config.
+    partition_id : int
+        This node's partition, in ``[0, num_partitions)``.
+    num_partitions : int
+        Number of nodes the training documents are split among.
+    """
+    if not 0 <= partition_id < num_partitions:
+        raise UserInputError(
+            f"partition-id {partition_id} is outside [0, {num_partitions}); set the node config "
+            "'partition-id' and 'num-partitions' of each SuperNode"
+        )
+    train = load_run_data(config).train
+    parts = _partitions(train, config, num_partitions)
+    return train.subset(parts[partition_id])
+
+
+def _partitions(train: Corpus, config: Mapping[str, object], num_partitions: int) -> list[np.ndarray]:
+    groups = str(config["label-groups"]).strip()
+    sizes = str(config["partition-sizes"]).strip()
+    return partition_documents(
+        train,
+        num_partitions,
+        str(config["partition"]),
+        seed=int(config["seed"]),  # type: ignore[call-overload]
+        dirichlet_alpha=float(config["dirichlet-alpha"]),  # type: ignore[arg-type]
+        sizes=parse_sizes(sizes) if sizes else None,
+        label_groups=[g.split("+") for g in groups.split(";")] if groups else None,
+    )
+
+
+def all_partitions(config: Mapping[str, object], num_partitions: int) -> list[Corpus]:
+    """The training documents of every node (for the centralized and local runners)."""
+    train = load_run_data(config).train
+    return [train.subset(idx) for idx in _partitions(train, config, num_partitions)]

@@ -1,0 +1,355 @@
+"""Corpus readers: OCTIS folders, JSON lines, CSV and folders of text files.
+
+:func:`load_corpus` detects the format from the path. OCTIS folders are already
+preprocessed and are used as they are; raw text goes through :func:`preprocess`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from flower_topics.data.corpus import SPLITS, Corpus
+from flower_topics.data.preprocessing import PreprocessConfig, preprocess
+from flower_topics.errors import UserInputError
+
+logger = logging.getLogger("flower_topics")
+
+OCTIS_CORPUS = "corpus.tsv"
+OCTIS_VOCABULARY = "vocabulary.txt"
+FORMATS_HINT = "an OCTIS folder (corpus.tsv + vocabulary.txt), a .jsonl file, a .csv file or a folder of .txt files"
+
+
+def load_corpus(
+    path: str | os.PathLike[str],
+    *,
+    text_column: str = "text",
+    label_column: str = "label",
+    preprocess_config: PreprocessConfig | None = None,
+) -> Corpus:
+    """Read a corpus, detecting its format from ``path``.
+
+    Formats:
+
+    - a folder with ``corpus.tsv`` (or that file itself): an OCTIS corpus, used as it
+      is (``preprocess_config`` is ignored). ``vocabulary.txt`` gives the vocabulary and
+      its column order; without it the vocabulary is the corpus' words, sorted. Words
+      missing from the vocabulary are dropped, and so are documents left empty. The
+      partition column becomes ``split`` and the label column ``labels``.
+    - a ``.jsonl`` file: one JSON object per line, the text under ``text_column`` and
+      optionally a label under ``label_column``.
+    - a ``.csv`` file with a header row naming ``text_column`` and optionally
+      ``label_column``.
+    - a folder of ``.txt`` files (searched recursively), one document each; when the
+      files sit in subfolders, the subfolder path (relative to ``path``) is the label.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The corpus file or folder.
+    text_column : str
+        Field holding the text (``.jsonl`` and ``.csv``).
+    label_column : str
+        Field holding the label (``.jsonl`` and ``.csv``); when no row has it the
+        corpus has no labels.
+    preprocess_config : PreprocessConfig, optional
+        Preprocessing of raw text formats; ``PreprocessConfig()`` when omitted.
+
+    Returns
+    -------
+    Corpus
+        The documents, with labels when the source has them, and a split for OCTIS.
+
+    Raises
+    ------
+    UserInputError
+        If the path does not exist, its format is unknown, or its content is malformed
+        or empty.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UserInputError(f"corpus path {str(path)!r} does not exist; pass {FORMATS_HINT}")
+    if path.is_file() and path.name == OCTIS_CORPUS:
+        path = path.parent
+    if path.is_dir() and (path / OCTIS_CORPUS).is_file():
+        return read_octis(path)
+    config = preprocess_config or PreprocessConfig()
+    if path.is_dir():
+        texts, labels = read_text_folder(path)
+    elif path.suffix.lower() == ".jsonl":
+        texts, labels = read_jsonl(path, text_column=text_column, label_column=label_column)
+    elif path.suffix.lower() == ".csv":
+        texts, labels = read_csv(path, text_column=text_column, label_column=label_column)
+    else:
+        raise UserInputError(f"corpus {str(path)!r} has an unknown format; pass {FORMATS_HINT}")
+    corpus, report = preprocess(texts, config, labels=labels)
+    logger.info(
+        "loaded %s: %d documents, %d words, %d tokens",
+        path, corpus.n_docs, report.vocabulary_size, report.n_tokens,
+    )
+    return corpus
+
+
+def read_octis(folder: str | os.PathLike[str]) -> Corpus:
+    """Read an OCTIS corpus folder (``corpus.tsv`` and ``vocabulary.txt``).
+
+    Parameters
+    ----------
+    folder : str or path-like
+        Folder holding ``corpus.tsv``; ``vocabulary.txt`` is optional.
+
+    Returns
+    -------
+    Corpus
+        Documents over the vocabulary in ``vocabulary.txt`` order, with the partition
+        column (if any) as ``split`` and the label column (if any) as ``labels``.
+    """
+    folder = Path(folder)
+    corpus_path = folder / OCTIS_CORPUS
+    rows = [line.split("\t") for line in _lines(_read_text(corpus_path))]
+    if not rows:
+        raise UserInputError(
+            f"{corpus_path} is empty; it needs one document per line: tokens<TAB>partition<TAB>label"
+        )
+    n_columns = len(rows[0])
+    if n_columns > 3:
+        raise UserInputError(
+            f"{corpus_path} line 1 has {n_columns} tab-separated columns; expected tokens, partition, label"
+        )
+    for number, row in enumerate(rows, start=1):
+        if len(row) != n_columns:
+            raise UserInputError(
+                f"{corpus_path} line {number} has {len(row)} tab-separated columns but line 1 has {n_columns}; "
+                "every line needs the same columns"
+            )
+    token_lists = [row[0].split() for row in rows]
+
+    vocabulary_path = folder / OCTIS_VOCABULARY
+    if vocabulary_path.is_file():
+        vocabulary = [w for w in (line.strip() for line in _lines(_read_text(vocabulary_path))) if w]
+        if not vocabulary:
+            raise UserInputError(f"{vocabulary_path} is empty; it needs one word per line")
+    else:
+        vocabulary = sorted({w for tokens in token_lists for w in tokens})
+    word_index = {w: i for i, w in enumerate(vocabulary)}
+    if len(word_index) != len(vocabulary):
+        duplicates = sorted(w for w, count in Counter(vocabulary).items() if count > 1)[:5]
+        raise UserInputError(
+            f"{vocabulary_path} lists some words more than once ({', '.join(duplicates)}); remove the duplicates"
+        )
+
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+    lookup = word_index.get
+    ids = np.fromiter(
+        (lookup(w, -1) for tokens in token_lists for w in tokens), dtype=np.int64, count=int(lengths.sum())
+    )
+    doc_ids = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+    known = ids >= 0
+    kept_lengths = np.bincount(doc_ids[known], minlength=len(rows))
+    keep_doc = kept_lengths > 0
+    n_dropped = int(len(rows) - keep_doc.sum())
+    if not keep_doc.any():
+        raise UserInputError(
+            f"{corpus_path} has no document with a word of its vocabulary; check corpus.tsv and vocabulary.txt"
+        )
+    if n_dropped:
+        logger.info("dropped %d documents of %s with no word in the vocabulary", n_dropped, corpus_path)
+
+    split = labels = None
+    if n_columns >= 2:
+        split = np.asarray([row[1].strip() for row in rows], dtype=object)
+        bad = np.flatnonzero(~np.isin(split, SPLITS))
+        if bad.size:
+            raise UserInputError(
+                f"{corpus_path} line {bad[0] + 1} has partition {split[bad[0]]!r}; use one of {', '.join(SPLITS)}"
+            )
+        split = split[keep_doc]
+    if n_columns == 3:
+        labels = np.asarray([row[2].strip() for row in rows], dtype=object)[keep_doc]
+    doc_ptr = np.zeros(int(keep_doc.sum()) + 1, dtype=np.int64)
+    np.cumsum(kept_lengths[keep_doc], out=doc_ptr[1:])
+    return Corpus(tokens=ids[known], doc_ptr=doc_ptr, vocabulary=tuple(vocabulary), labels=labels, split=split)
+
+
+def read_jsonl(
+    path: str | os.PathLike[str], *, text_column: str, label_column: str
+) -> tuple[list[str], list[str] | None]:
+    """Texts and labels of a JSON-lines file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.jsonl`` file; blank lines are skipped.
+    text_column, label_column : str
+        Keys of the text and the label in each object.
+
+    Returns
+    -------
+    texts : list of str
+    labels : list of str or None
+        None when no object has ``label_column``.
+    """
+    path = Path(path)
+    records: list[tuple[int, dict]] = []
+    for number, line in enumerate(_lines(_read_text(path)), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserInputError(
+                f"{path} line {number} is not valid JSON ({exc.msg}); write one JSON object per line"
+            ) from None
+        if not isinstance(record, dict):
+            raise UserInputError(
+                f"{path} line {number} is a JSON {type(record).__name__}, not an object; write one object per line"
+            )
+        records.append((number, record))
+    if not records:
+        raise UserInputError(f"{path} is empty; it needs one JSON object per line with a {text_column!r} field")
+    texts = []
+    for number, record in records:
+        if text_column not in record:
+            raise UserInputError(
+                f"{path} line {number} has no {text_column!r} field (fields: {', '.join(map(str, record))}); "
+                "set text-column to the field holding the text"
+            )
+        text = record[text_column]
+        if not isinstance(text, str):
+            raise UserInputError(f"{path} line {number}: {text_column!r} is {type(text).__name__}, not text")
+        texts.append(text)
+    has_label = [record.get(label_column) is not None for _, record in records]
+    if not any(has_label):
+        return texts, None
+    if not all(has_label):
+        number = records[has_label.index(False)][0]
+        raise UserInputError(
+            f"{path} line {number} has no {label_column!r} but other lines do; give every line a label "
+            "or set label-column to a field no line has"
+        )
+    return texts, [str(record[label_column]) for _, record in records]
+
+
+def read_csv(
+    path: str | os.PathLike[str], *, text_column: str, label_column: str
+) -> tuple[list[str], list[str] | None]:
+    """Texts and labels of a CSV file with a header row.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.csv`` file.
+    text_column, label_column : str
+        Header names of the text and the label columns; the label column is optional.
+
+    Returns
+    -------
+    texts : list of str
+    labels : list of str or None
+        None when the header has no ``label_column``.
+    """
+    path = Path(path)
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, 2**31 - 1))  # long documents are normal; the default stops at 128 KiB
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            rows = list(csv.reader(fh, strict=True))
+    except csv.Error as exc:
+        raise UserInputError(
+            f"{path} is not valid CSV ({exc}); quote fields that hold commas, quotes or newlines"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    finally:
+        csv.field_size_limit(limit)
+    if not rows:
+        raise UserInputError(
+            f"{path} is empty; it needs a header row naming a {text_column!r} column, then one row per document"
+        )
+    header = [name.strip() for name in rows[0]]
+    if text_column not in header:
+        raise UserInputError(
+            f"{path} has no {text_column!r} column (columns: {', '.join(header)}); "
+            "set text-column to the column holding the text"
+        )
+    body = []
+    for number, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise UserInputError(
+                f"{path} row {number} has {len(row)} fields but the header has {len(header)}; quote texts with commas"
+            )
+        body.append(row)
+    if not body:
+        raise UserInputError(f"{path} has a header but no rows; add one row per document")
+    text_at = header.index(text_column)
+    texts = [row[text_at] for row in body]
+    if label_column not in header:
+        return texts, None
+    label_at = header.index(label_column)
+    return texts, [row[label_at] for row in body]
+
+
+def read_text_folder(folder: str | os.PathLike[str]) -> tuple[list[str], list[str] | None]:
+    """Texts of the ``.txt`` files under ``folder``, in path order.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        Searched recursively. Either every file sits directly in it (no labels) or
+        every file sits in a subfolder, whose path relative to ``folder`` is its label.
+
+    Returns
+    -------
+    texts : list of str
+    labels : list of str or None
+    """
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*.txt") if p.is_file())
+    if not files:
+        raise UserInputError(f"folder {folder} has neither {OCTIS_CORPUS} nor .txt files; pass {FORMATS_HINT}")
+    parents = [p.parent.relative_to(folder).as_posix() for p in files]
+    at_top = [parent == "." for parent in parents]
+    if any(at_top) and not all(at_top):
+        raise UserInputError(
+            f"folder {folder} has .txt files both at its top level and in subfolders; put every file in a label "
+            "subfolder, or all at the top level for no labels"
+        )
+    texts = [_read_text(p) for p in files]
+    return texts, None if all(at_top) else parents
+
+
+def _read_text(path: Path) -> str:
+    """The UTF-8 content of ``path``, a UserInputError if it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, exc) from None
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _lines(text: str) -> list[str]:
+    """Lines of ``text`` split at newlines only (str.splitlines also splits at U+2028 and
+    other separators that may sit inside a JSON string or a token)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> UserInputError:
+    return UserInputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it to UTF-8")
+
+
+def _unreadable(path: Path, exc: OSError) -> UserInputError:
+    return UserInputError(f"cannot read {path} ({exc.strerror}); check the path and its permissions")
