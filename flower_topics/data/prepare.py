@@ -9,7 +9,7 @@ serves many rounds reads its corpus once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Mapping
 
@@ -46,7 +46,7 @@ class RunData:
         """The true topic-word matrix of a synthetic corpus, else None."""
         return None if self.synthetic is None else self.synthetic.topic_word
 
-    @property
+    @cached_property
     def train(self) -> Corpus:
         """Training documents (train + val)."""
         return training_corpus(self.corpus)
@@ -82,10 +82,11 @@ def preprocess_config(config: Mapping[str, object]) -> PreprocessConfig:
 
 def load_run_data(config: Mapping[str, object]) -> RunData:
     """Load (or generate) the corpus a run config names, with its split."""
-    return _load_cached(tuple(sorted((k, v) for k, v in config.items() if _is_data_key(k))))
+    return _load_cached(tuple(sorted((k, v) for k, v in config.items() if is_data_key(k))))
 
 
-def _is_data_key(key: str) -> bool:
+def is_data_key(key: str) -> bool:
+    """Whether a run-config key changes the corpus (its documents, vocabulary or split)."""
     return key in {
         "dataset", "text-column", "label-column", "lowercase", "stopwords", "min-df", "max-df",
         "max-vocab", "min-doc-length", "seed",
@@ -132,15 +133,26 @@ def node_partition(config: Mapping[str, object], partition_id: int, num_partitio
             f"partition-id {partition_id} is outside [0, {num_partitions}); set the node config "
             "'partition-id' and 'num-partitions' of each SuperNode"
         )
+    return all_partitions(config, num_partitions)[partition_id]
+
+
+def all_partitions(config: Mapping[str, object], num_partitions: int) -> list[Corpus]:
+    """The training documents of every node, in partition-id order (cached per process)."""
+    keys = tuple(sorted((k, v) for k, v in config.items() if is_data_key(k) or _is_partition_key(k)))
+    return list(_partitions_cached(keys, num_partitions))
+
+
+def _is_partition_key(key: str) -> bool:
+    return key in {"partition", "dirichlet-alpha", "partition-sizes", "label-groups"}
+
+
+@lru_cache(maxsize=4)
+def _partitions_cached(items: tuple[tuple[str, object], ...], num_partitions: int) -> tuple[Corpus, ...]:
+    config = dict(items)
     train = load_run_data(config).train
-    parts = _partitions(train, config, num_partitions)
-    return train.subset(parts[partition_id])
-
-
-def _partitions(train: Corpus, config: Mapping[str, object], num_partitions: int) -> list[np.ndarray]:
     groups = str(config["label-groups"]).strip()
     sizes = str(config["partition-sizes"]).strip()
-    return partition_documents(
+    parts = partition_documents(
         train,
         num_partitions,
         str(config["partition"]),
@@ -149,9 +161,4 @@ def _partitions(train: Corpus, config: Mapping[str, object], num_partitions: int
         sizes=parse_sizes(sizes) if sizes else None,
         label_groups=[g.split("+") for g in groups.split(";")] if groups else None,
     )
-
-
-def all_partitions(config: Mapping[str, object], num_partitions: int) -> list[Corpus]:
-    """The training documents of every node (for the centralized and local runners)."""
-    train = load_run_data(config).train
-    return [train.subset(idx) for idx in _partitions(train, config, num_partitions)]
+    return tuple(train.subset(idx) for idx in parts)

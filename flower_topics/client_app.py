@@ -1,0 +1,109 @@
+"""ClientApp: load this node's partition and run the method's local step.
+
+The node's partition comes from its node config: ``partition-id`` and
+``num-partitions`` (set by the simulation engine, and by
+``flower-supernode --node-config`` in a deployment). Local state (topic
+assignments) lives in ``context.state`` between rounds and never leaves the node.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from flower_topics.clients.lda import LDAClientState, train_round
+from flower_topics.config import parse_run_config
+from flower_topics.data.prepare import node_partition
+from flower_topics.errors import UserInputError
+from flower_topics.strategies.lda import ARRAYS, CONFIG, COUNTS_KEY, DELTA_KEY, METRICS, UPDATE
+
+
+_STATE = "lda-state"
+_STATE_META = "lda-state-meta"
+
+
+def node_identity(context: Context) -> tuple[int, int]:
+    """``(partition_id, num_partitions)`` of this node, from its node config."""
+    try:
+        return int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+    except KeyError:
+        raise UserInputError(
+            "this node has no 'partition-id'/'num-partitions' node config; start it with "
+            "flower-supernode --node-config \"partition-id=0 num-partitions=2\""
+        ) from None
+
+
+def _load_state(context: Context) -> LDAClientState:
+    state = LDAClientState()
+    if _STATE in context.state.array_records:
+        arrays = context.state[_STATE]
+        state.applied_z = arrays["applied-z"].numpy() if "applied-z" in arrays else None
+        state.pending_z = arrays["pending-z"].numpy() if "pending-z" in arrays else None
+        state.pending_round = int(context.state[_STATE_META]["pending-round"])
+    return state
+
+
+def _save_state(context: Context, state: LDAClientState) -> None:
+    arrays = {}
+    if state.applied_z is not None:
+        arrays["applied-z"] = Array(state.applied_z)
+    if state.pending_z is not None:
+        arrays["pending-z"] = Array(state.pending_z)
+    context.state[_STATE] = ArrayRecord(arrays)
+    context.state[_STATE_META] = ConfigRecord({"pending-round": state.pending_round})
+
+
+def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
+    """A ClientApp bound to ``run_config`` (None: read each run's own config).
+
+    Parameters
+    ----------
+    run_config : Mapping, optional
+        A fixed run config, for ``flwr.simulation.run_simulation`` (which passes an
+        empty one); by default the config of the run is used.
+    """
+    client = ClientApp()
+
+    @client.train()
+    def train(msg: Message, context: Context) -> Message:
+        config = parse_run_config(context.run_config if run_config is None else run_config)
+        return train_lda(msg, context, config)
+
+    return client
+
+
+def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """One round of local LDA sampling; replies with the topic-word count change."""
+    started = time.perf_counter()
+    partition_id, num_partitions = node_identity(context)
+    corpus = node_partition(config, partition_id, num_partitions)
+    settings = msg.content[CONFIG]
+    state = _load_state(context)
+    delta = train_round(
+        corpus,
+        msg.content[ARRAYS][COUNTS_KEY].numpy(),
+        state,
+        server_round=int(settings["server-round"]),
+        last_applied_round=int(settings["last-applied-round"]),
+        n_topics=int(settings["num-topics"]),
+        alpha=float(settings["alpha"]),
+        beta=float(settings["beta"]),
+        n_sweeps=int(settings["local-sweeps"]),
+        seed=int(np.random.SeedSequence([int(config["seed"]), partition_id]).generate_state(1)[0]),
+    )
+    _save_state(context, state)
+    content = RecordDict({
+        UPDATE: ArrayRecord({DELTA_KEY: Array(delta)}),
+        METRICS: MetricRecord({
+            "num-tokens": corpus.n_tokens,
+            "train-seconds": time.perf_counter() - started,
+        }),
+    })
+    return Message(content=content, reply_to=msg)
+
+
+app = make_client_app()

@@ -1,0 +1,37 @@
+"""Score a model of a run with the run config's evaluation settings.
+
+The one bridge from a run config to :func:`flower_topics.metrics.evaluate_model`,
+shared by the ServerApp and the centralized and local runners so that every mode
+is scored identically.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from flower_topics.data.prepare import RunData
+from flower_topics.metrics import evaluate_model
+from flower_topics.model_file import TopicModel
+
+
+def score(model: TopicModel, data: RunData, config: Mapping[str, Any]) -> dict[str, float | int]:
+    """Metrics of DESIGN.md for ``model`` on the run's corpus.
+
+    Perplexity on the test documents, coherence on train+val, topic similarity to
+    the true topics of a synthetic corpus, and label scores when the corpus has
+    labels and ``eval-labels`` is on.
+    """
+    return evaluate_model(
+        model,
+        data.corpus,
+        truth=None if data.truth is None else (data.truth, data.corpus.vocabulary),
+        use_labels=bool(config["eval-labels"]) and data.corpus.labels is not None,
+        seed=int(config["seed"]),
+        alpha=float(config["eval-alpha"]),
+        n_iter=int(config["eval-iterations"]),
+    )
+
+
+def is_eval_round(server_round: int, config: Mapping[str, Any]) -> bool:
+    """Whether round ``server_round`` is scored (every ``eval-every``, and the last)."""
+    return server_round % int(config["eval-every"]) == 0 or server_round == int(config["num-rounds"])

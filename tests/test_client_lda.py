@@ -1,0 +1,70 @@
+"""The LDA client algorithm (without Flower): count updates and the rollback protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flower_topics.clients.lda import LDAClientState, train_round
+from flower_topics.data.corpus import Corpus
+
+K, V = 3, 6
+
+
+def _corpus(seed: int, n_docs: int = 8) -> Corpus:
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, V, size=rng.integers(5, 15)) for _ in range(n_docs)]
+    return Corpus.from_documents(docs, [f"w{i}" for i in range(V)])
+
+
+def _counts(corpus: Corpus, z: np.ndarray) -> np.ndarray:
+    counts = np.zeros((K, V), dtype=np.int64)
+    np.add.at(counts, (z, corpus.tokens), 1)
+    return counts
+
+
+def _round(corpus, global_counts, state, r, applied, seed=1):
+    return train_round(corpus, global_counts, state, server_round=r, last_applied_round=applied,
+                       n_topics=K, alpha=0.1, beta=0.01, n_sweeps=2, seed=seed)
+
+
+def test_first_update_is_the_clients_own_counts():
+    corpus = _corpus(0)
+    state = LDAClientState()
+    delta = _round(corpus, np.zeros((K, V), dtype=np.int32), state, 1, 0)
+    np.testing.assert_array_equal(delta, _counts(corpus, state.pending_z))
+    assert delta.sum() == corpus.n_tokens
+
+
+def test_global_counts_track_every_clients_assignments_over_rounds():
+    """Server-side sum of deltas == counts rebuilt from every client's assignments."""
+    corpora = [_corpus(1), _corpus(2)]
+    states = [LDAClientState(), LDAClientState()]
+    global_counts = np.zeros((K, V), dtype=np.int64)
+    for r in range(1, 5):
+        deltas = [_round(c, global_counts.astype(np.int32), s, r, r - 1 if r > 1 else 0, seed=i)
+                  for i, (c, s) in enumerate(zip(corpora, states))]
+        global_counts += sum(deltas)
+        rebuilt = sum(_counts(c, s.pending_z) for c, s in zip(corpora, states))
+        np.testing.assert_array_equal(global_counts, rebuilt)
+        assert global_counts.min() >= 0
+
+
+def test_unapplied_reply_is_rolled_back():
+    """If the server did not apply round 2's reply, round 3 starts from round 1's assignments."""
+    corpus = _corpus(3)
+    state = LDAClientState()
+    global_counts = _round(corpus, np.zeros((K, V), dtype=np.int32), state, 1, 0).astype(np.int64)
+    z_round1 = state.pending_z.copy()
+    _round(corpus, global_counts.astype(np.int32), state, 2, 1)  # reply lost: server keeps round-1 counts
+    delta3 = _round(corpus, global_counts.astype(np.int32), state, 3, 1)  # server says: last applied = 1
+    np.testing.assert_array_equal(state.applied_z, z_round1)
+    np.testing.assert_array_equal(global_counts + delta3, _counts(corpus, state.pending_z))
+
+
+def test_reproducible_from_the_seed():
+    corpus = _corpus(4)
+    a, b = LDAClientState(), LDAClientState()
+    zero = np.zeros((K, V), dtype=np.int32)
+    np.testing.assert_array_equal(_round(corpus, zero, a, 1, 0, seed=5), _round(corpus, zero, b, 1, 0, seed=5))
+    c = LDAClientState()
+    assert not np.array_equal(_round(corpus, zero, c, 1, 0, seed=6), _round(corpus, zero, LDAClientState(), 1, 0, seed=5))

@@ -1,0 +1,113 @@
+"""FederatedLDA strategy: exact aggregation arithmetic on hand-built reply messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
+
+from flower_topics.strategies import FederatedLDA
+from flower_topics.strategies.base import payload_bytes
+from flower_topics.strategies.lda import COUNTS_KEY, DELTA_KEY, counts_record
+from tests.flower_harness import as_server, reply_from
+
+
+class FixedNodesGrid:
+    """Just enough of a Grid for configure_train: a fixed set of node ids."""
+
+    def __init__(self, node_ids):
+        self.node_ids = node_ids
+
+    def get_node_ids(self):
+        return list(self.node_ids)
+
+
+def _update(delta, num_tokens=10) -> RecordDict:
+    return RecordDict({
+        "update": ArrayRecord({DELTA_KEY: Array(np.asarray(delta, dtype=np.int32))}),
+        "metrics": MetricRecord({"num-tokens": num_tokens}),
+    })
+
+
+@pytest.fixture()
+def strategy() -> FederatedLDA:
+    as_server()
+    return FederatedLDA(n_topics=2, vocab_size=3, alpha=0.1, beta=0.01, local_sweeps=2, seed=0)
+
+
+def test_configure_train_sends_counts_and_settings_to_every_node(strategy):
+    counts = np.array([[1, 2, 3], [4, 5, 6]])
+    msgs = list(strategy.configure_train(1, counts_record(counts), ConfigRecord({"seed": 7}), FixedNodesGrid([5, 9])))
+    assert sorted(m.metadata.dst_node_id for m in msgs) == [5, 9]
+    for m in msgs:
+        np.testing.assert_array_equal(m.content["arrays"][COUNTS_KEY].numpy(), counts)
+        cfg = m.content["config"]
+        assert (cfg["server-round"], cfg["last-applied-round"], cfg["num-topics"], cfg["local-sweeps"]) == (1, 0, 2, 2)
+        assert cfg["alpha"] == 0.1 and cfg["beta"] == 0.01 and cfg["seed"] == 7
+    assert strategy.traffic[1].bytes_sent == sum(payload_bytes(m.content) for m in msgs) > 2 * counts.size * 4
+
+
+def test_aggregate_train_adds_exact_deltas(strategy):
+    start = np.array([[3, 0, 1], [0, 2, 2]])
+    msgs = list(strategy.configure_train(4, counts_record(start), ConfigRecord(), FixedNodesGrid([5, 9])))
+    by_node = {m.metadata.dst_node_id: m for m in msgs}
+    d5 = np.array([[-1, 1, 0], [1, -1, 0]])
+    d9 = np.array([[0, 0, -1], [0, 0, 1]])
+    arrays, metrics = strategy.aggregate_train(
+        4, [reply_from(5, by_node[5], _update(d5, 6)), reply_from(9, by_node[9], _update(d9, 4))]
+    )
+    np.testing.assert_array_equal(arrays[COUNTS_KEY].numpy(), [[2, 1, 0], [1, 1, 3]])
+    assert metrics["num-tokens"] == 10 and metrics["replies-applied"] == 2 and metrics["replies-failed"] == 0
+    assert strategy.last_applied == {5: 4, 9: 4}
+
+
+def test_invalid_and_error_replies_are_not_applied(strategy):
+    start = np.array([[1, 0, 0], [0, 1, 0]])
+    msgs = list(strategy.configure_train(2, counts_record(start), ConfigRecord(), FixedNodesGrid([1, 2, 3, 4])))
+    m = {x.metadata.dst_node_id: x for x in msgs}
+    replies = [
+        reply_from(1, m[1], _update(np.zeros((3, 2)))),                   # wrong shape
+        reply_from(2, m[2], _update([[-2, 0, 0], [0, 0, 0]])),           # would go negative
+        reply_from(3, m[3], _update([[0, 1, 0], [0, 0, 0]])),            # valid
+    ]
+    replies.append(reply_from(4, m[4], RecordDict()))  # no update at all
+    arrays, metrics = strategy.aggregate_train(2, replies)
+    np.testing.assert_array_equal(arrays[COUNTS_KEY].numpy(), [[1, 1, 0], [0, 1, 0]])
+    assert metrics["replies-applied"] == 1 and metrics["replies-failed"] == 3
+    assert strategy.last_applied == {3: 2}
+
+
+def test_error_reply_is_counted_and_no_model_without_valid_reply(strategy):
+    msgs = list(strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), FixedNodesGrid([8])))
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.node_id = 8
+    err = Message(Error(code=1, reason="client crashed"), reply_to=msgs[0])
+    as_server()
+    arrays, metrics = strategy.aggregate_train(1, [err])
+    assert arrays is None and metrics["replies-failed"] == 1
+
+
+def test_topic_word_is_smoothed_normalized_counts(strategy):
+    counts = np.array([[2, 0, 0], [1, 1, 0]])
+    phi = strategy.topic_word(counts_record(counts))
+    beta, v = 0.01, 3
+    expected = np.array([[2 + beta, beta, beta], [1 + beta, 1 + beta, beta]]) / np.array([[2 + v * beta], [2 + v * beta]])
+    np.testing.assert_allclose(phi, expected, rtol=1e-12)
+
+
+def test_node_sampling_is_seeded_and_respects_fraction():
+    as_server()
+    s = FederatedLDA(n_topics=2, vocab_size=3, alpha=0.1, beta=0.01, fraction_train=0.5, seed=3)
+    grid = FixedNodesGrid(range(10, 20))
+    first = s.sample_nodes(grid, 1)
+    assert len(first) == 5 and first == s.sample_nodes(grid, 1)
+    assert any(s.sample_nodes(grid, r) != first for r in range(2, 6))
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_topics=0), dict(alpha=0.0), dict(beta=-1.0), dict(local_sweeps=0),
+                                    dict(fraction_train=0.0)])
+def test_bad_arguments_raise(kwargs):
+    base = dict(n_topics=2, vocab_size=3, alpha=0.1, beta=0.01)
+    with pytest.raises(ValueError):
+        FederatedLDA(**{**base, **kwargs})
