@@ -1,0 +1,93 @@
+"""The flower-topics command line: simulate's three modes, evaluate, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flower_topics.cli import main
+from flower_topics.model_file import load_model
+from flower_topics.outputs import read_metrics
+
+TINY = ["--set", "synthetic-nodes=2", "--set", "synthetic-topics=4", "--set", "synthetic-shared-topics=2",
+        "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",
+        "--set", "synthetic-doc-min-length=20", "--set", "synthetic-doc-max-length=30"]
+
+
+def _simulate(out: Path, mode: str, *extra: str) -> int:
+    return main(["simulate", "--method", "lda", "--clients", "2", "--topics", "4", "--rounds", "3",
+                 "--mode", mode, "--out", str(out), *TINY, *extra])
+
+
+def test_centralized_and_local_modes_write_outputs_and_table(tmp_path, capsys):
+    assert _simulate(tmp_path / "c", "centralized") == 0
+    assert _simulate(tmp_path / "l", "local") == 0
+    assert load_model(tmp_path / "c" / "model.npz").topic_word.shape == (4, 50)
+    for client in ("client-0", "client-1"):
+        rows = read_metrics(tmp_path / "l" / client / "metrics.jsonl")
+        assert [r["round"] for r in rows] == [1, 2, 3] and rows[-1]["perplexity"] > 0
+    table = (tmp_path / "l" / "results.md").read_text()
+    assert "client-0" in table and "client-1" in table and "perplexity" in table
+    assert (tmp_path / "c" / "results.csv").read_text().startswith("mode,model")
+
+
+def test_evaluate_prints_every_metric_as_json(tmp_path, capsys):
+    assert _simulate(tmp_path / "c", "centralized") == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--model", str(tmp_path / "c" / "model.npz"), "--corpus", "synthetic", "--labels"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert {"perplexity", "npmi", "umass", "diversity", "tss", "tss_normalized", "nmi", "purity", "macro_f1"} <= set(metrics)
+    # the same numbers the run recorded for its last round
+    last = read_metrics(tmp_path / "c" / "metrics.jsonl")[-1]
+    assert metrics["perplexity"] == pytest.approx(last["perplexity"], rel=1e-9)
+    assert metrics["tss"] == pytest.approx(last["tss"], rel=1e-9)
+
+
+def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
+    bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
+    from flower_topics.data import load_corpus
+    from flower_topics.model_file import TopicModel, save_model
+
+    vocab = load_corpus(bbc).vocabulary
+    uniform = TopicModel(np.full((3, len(vocab)), 1.0 / len(vocab)), vocab, metadata={})
+    save_model(tmp_path / "m.npz", uniform)
+    assert main(["evaluate", "--model", str(tmp_path / "m.npz"), "--corpus", str(bbc)]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["perplexity"] == pytest.approx(len(vocab), rel=1e-9)  # a uniform model's perplexity is V
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--dataset", "/no/such/corpus"], "does not exist"),
+        (["--set", "alpha=-1"], "'alpha' = '-1' must be > 0"),
+        (["--set", "bogus=1"], "unknown run-config key(s) bogus"),
+        (["--set", "num-topics=3"], "duplicates a dedicated option"),
+        (["--partition", "sizes", "--set", "partition-sizes=0.5,0.6"], "sum"),
+    ],
+)
+def test_simulate_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, fragment):
+    out = tmp_path / "run"
+    assert _simulate(out, "centralized", *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (out / "model.npz").exists()
+
+
+def test_evaluate_missing_model_is_one_line(tmp_path, capsys):
+    assert main(["evaluate", "--model", str(tmp_path / "none.npz"), "--corpus", "synthetic"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_console_script_exit_status(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--clients", "2",
+                           "--topics", "0", "--rounds", "1", "--mode", "centralized", "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["flower-topics: error: run-config 'num-topics' = 0 must be >= 1 "
+                                                "(number of topics K)"]
