@@ -105,6 +105,13 @@ def test_node_sampling_is_seeded_and_respects_fraction():
     assert any(s.sample_nodes(grid, r) != first for r in range(2, 6))
 
 
+def test_node_sampling_keeps_64_bit_node_ids_exact():
+    as_server()
+    ids = [12718000659414824960, 7027156918694888448, 2**64 - 1]
+    s = FederatedLDA(n_topics=2, vocab_size=3, alpha=0.1, beta=0.01, fraction_train=1.0)
+    assert s.sample_nodes(FixedNodesGrid(ids), 1) == sorted(ids)
+
+
 @pytest.mark.parametrize("kwargs", [dict(n_topics=0), dict(alpha=0.0), dict(beta=-1.0), dict(local_sweeps=0),
                                     dict(fraction_train=0.0)])
 def test_bad_arguments_raise(kwargs):

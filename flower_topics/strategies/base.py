@@ -114,7 +114,9 @@ class TopicStrategy(Strategy):
             time.sleep(1.0)
         size = max(self.min_nodes, int(round(len(nodes) * self.fraction_train)))
         rng = np.random.default_rng([self.seed, server_round])
-        return sorted(int(n) for n in rng.choice(nodes, size=min(size, len(nodes)), replace=False))
+        # choose positions, not ids: node ids are uint64 and would not survive a numpy round trip
+        chosen = rng.choice(len(nodes), size=min(size, len(nodes)), replace=False)
+        return sorted(nodes[i] for i in chosen)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -1,0 +1,264 @@
+"""Run ``flwr run .`` offline, on free loopback ports, and fail loudly when the run fails.
+
+``flwr run`` needs a SuperLink, exits 0 even when the run failed, and by default
+lets the SuperLink run ``uv sync`` against the internet. :func:`with_superlink`
+(the ``flower-topics-superlink`` command) takes care of all three: it starts its
+own SuperLink (simulation engine) on a free port of 127.0.0.1 with its own
+``FLWR_HOME`` and runtime dependency installation disabled, makes it the default
+connection, runs the given ``flwr run .`` command, reads the run's final status with
+``flwr ls``, and stops the SuperLink by its PID. The same helpers start the
+deployment engine (SuperLink + SuperNodes) in tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+CONNECTION = "flower-topics"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def flwr_env(flwr_home: Path) -> dict[str, str]:
+    """Environment for offline Flower processes that keep their state in ``flwr_home``."""
+    env = dict(os.environ)
+    # Flower's processes start each other by name (flower-superexec, flwr-serverapp, ...)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["FLWR_HOME"] = str(flwr_home)
+    env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+    env["FLWR_DISABLE_UPDATE_CHECK"] = "1"
+    env["RAY_DISABLE_USAGE_STATS"] = "1"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def _bin(name: str) -> str:
+    """An executable of this Python environment (Flower's console scripts)."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def write_connection(flwr_home: Path, address: str) -> None:
+    """Write ``FLWR_HOME/config.toml`` with the connection :data:`CONNECTION` as default."""
+    lines = ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]",
+             f'address = "{address}"', "insecure = true"]
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    (flwr_home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def set_num_supernodes(flwr_home: Path, num_supernodes: int) -> None:
+    """Set the number of simulated SuperNodes of the connection's default federation."""
+    subprocess.run(
+        [_bin("flwr"), "federation", "simulation-config", "@none/default", CONNECTION,
+         "--num-supernodes", str(num_supernodes)],
+        env=flwr_env(flwr_home), check=True, capture_output=True, timeout=60,
+    )
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None:
+    """Wait until something listens on ``127.0.0.1:port``; fail if ``process`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with status {process.returncode} before listening")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop ``process`` and its process group by PID: SIGTERM, then SIGKILL."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=grace)
+
+
+@contextmanager
+def superlink(flwr_home: Path, *, simulation: bool, log_path: Path) -> Iterator[int]:
+    """Run a SuperLink on a free port of 127.0.0.1; yields the port; stops it by PID."""
+    port = free_port()
+    cmd = [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
+           "--disable-runtime-dependency-installation"]
+    if simulation:
+        cmd.append("--simulation")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        wait_for_port(port, process, timeout=60)
+        yield port
+    finally:
+        stop(process)
+
+
+@contextmanager
+def supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_path: Path) -> Iterator[int]:
+    """Run a SuperNode connected to ``127.0.0.1:superlink_port``; yields its PID; stops it.
+
+    Parameters
+    ----------
+    node_config : str
+        The node's ``--node-config``, e.g. ``"partition-id=0 num-partitions=2"``.
+    """
+    port = free_port()
+    cmd = [_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
+           "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        wait_for_port(port, process, timeout=60)
+        yield process.pid
+    finally:
+        stop(process)
+
+
+def run_status(app_dir: Path, flwr_home: Path, run_id: int) -> str:
+    """The status of a run (e.g. ``finished:completed``) from ``flwr ls``, with its
+    details appended after `` - `` when Flower gives any (the error of a failed run)."""
+    out = subprocess.run(
+        [_bin("flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
+        cwd=app_dir, env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60,
+    )
+    try:
+        run = json.loads(out.stdout)["runs"][0]
+    except (ValueError, KeyError, IndexError):
+        raise RuntimeError(f"cannot read the status of run {run_id}: {out.stdout}{out.stderr}") from None
+    details = str(run.get("status-details", "N/A"))
+    return str(run["status"]) + ("" if details in ("", "N/A") else f" - {details}")
+
+
+def submit(app_dir: Path, flwr_home: Path, run_config: Sequence[str]) -> int:
+    """``flwr run . <connection>``; returns the run id."""
+    cmd = [_bin("flwr"), "run", ".", CONNECTION, "--format", "json"]
+    for item in run_config:
+        cmd += ["--run-config", item]
+    out = subprocess.run(cmd, cwd=app_dir, env=flwr_env(flwr_home), capture_output=True, text=True, timeout=300)
+    try:
+        return int(json.loads(out.stdout)["run-id"])
+    except (ValueError, KeyError):
+        raise RuntimeError(f"flwr run failed: {out.stdout}{out.stderr}") from None
+
+
+def wait_for_run(app_dir: Path, flwr_home: Path, run_id: int, timeout: float) -> str:
+    """Wait until run ``run_id`` has finished; returns its final status."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = run_status(app_dir, flwr_home, run_id)
+        if status.startswith("finished"):
+            return status
+        time.sleep(1.0)
+    raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
+
+
+def latest_run(app_dir: Path, flwr_home: Path) -> tuple[int, str] | None:
+    """``(run_id, status)`` of the newest run on the connection, or None."""
+    out = subprocess.run([_bin("flwr"), "ls", CONNECTION, "--format", "json"], cwd=app_dir,
+                         env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
+    try:
+        runs = json.loads(out.stdout)["runs"]
+    except (ValueError, KeyError):
+        raise RuntimeError(f"cannot list runs: {out.stdout}{out.stderr}") from None
+    if not runs:
+        return None
+    newest = max(runs, key=lambda r: int(r["run-id"]))
+    return int(newest["run-id"]), str(newest["status"])
+
+
+def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
+                   timeout: float = 3600.0) -> int:
+    """Run ``command`` (e.g. ``flwr run . --stream``) against a private local SuperLink.
+
+    Starts a SuperLink (simulation engine) on a free port of 127.0.0.1 with
+    ``FLWR_HOME`` = ``$FLWR_HOME`` or ``<app_dir>/.flwr-home`` and runtime dependency
+    installation off, makes it the default connection, runs ``command`` with that
+    environment, waits for the run it submitted to finish, stops the SuperLink by PID
+    and returns non-zero unless the run's final status is ``finished:completed``
+    (``flwr run`` itself exits 0 even when the run failed).
+
+    Parameters
+    ----------
+    command : sequence of str
+        The command to run, typically ``["flwr", "run", ".", "--stream"]``.
+    num_supernodes : int
+        Simulated SuperNodes (= partitions).
+    app_dir : str or Path
+        Working directory of the command (the Flower App).
+    timeout : float
+        Seconds to wait for the run to finish after the command returned.
+
+    Returns
+    -------
+    int
+        0 when the run completed, else 1 (or the command's own non-zero status).
+    """
+    app_dir = Path(app_dir).resolve()
+    home = Path(os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
+    with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
+        write_connection(home, f"127.0.0.1:{port}")
+        set_num_supernodes(home, num_supernodes)
+        print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
+              flush=True)
+        before = latest_run(app_dir, home)
+        code = subprocess.run(list(command), cwd=app_dir, env=flwr_env(home)).returncode
+        if code != 0:
+            return code
+        newest = latest_run(app_dir, home)
+        if newest is None or newest == before:
+            print("flower-topics: the command submitted no run", file=sys.stderr)
+            return 1
+        status = wait_for_run(app_dir, home, newest[0], timeout)
+    if not status.startswith("finished:completed"):
+        print(f"flower-topics: run {newest[0]} FAILED ({status}); the log above says why "
+              f"(also: flwr log {newest[0]} --show)", file=sys.stderr)
+        return 1
+    print(f"flower-topics: run {newest[0]} completed", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``flower-topics-superlink [--supernodes N] flwr run . [flwr options]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="flower-topics-superlink",
+        description="Run a flwr command against a private local SuperLink (free port, offline) and "
+        "exit non-zero when the run fails.",
+    )
+    parser.add_argument("--supernodes", type=int, default=5, help="simulated SuperNodes (default 5)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the run")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="e.g. flwr run . --stream")
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.error("give the command to run, e.g. flwr run . --stream")
+    return with_superlink(args.command, num_supernodes=args.supernodes, timeout=args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
