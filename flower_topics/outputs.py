@@ -26,6 +26,8 @@ MODEL_FILE = "model.npz"
 TOPICS_FILE = "topics.txt"
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILES = (MODEL_FILE, TOPICS_FILE, METRICS_FILE)
+PLOTTED = ("perplexity", "npmi", "umass", "diversity", "tss_normalized", "nmi", "purity", "macro_f1",
+           "bytes_sent", "bytes_received")
 
 
 class RunOutputs:
@@ -72,7 +74,7 @@ class RunOutputs:
         return save_model(self.directory / MODEL_FILE, model)
 
     def plot(self) -> list[Path]:
-        """Plot every numeric metric of ``metrics.jsonl`` against the round."""
+        """Plot the metrics of ``metrics.jsonl`` against the round."""
         return plot_metrics(self.metrics_path, self.directory)
 
 
@@ -93,7 +95,7 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
-    """One PNG per numeric metric (``<metric>.png``), value against round.
+    """One PNG per metric of :data:`PLOTTED` present in the file (``<metric>.png``), value against round.
 
     Returns
     -------
@@ -106,9 +108,8 @@ def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathL
     import matplotlib.pyplot as plt
 
     rows = read_metrics(metrics_path)
-    keys = sorted({k for row in rows for k, v in row.items() if _is_number(v) and k != "round"})
     written = []
-    for key in keys:
+    for key in PLOTTED:
         points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
         if not points:
             continue

@@ -158,7 +158,7 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
             run_server(grid, context.run_config if run_config is None else run_config)
         except UserInputError as exc:
             log(ERROR, "flower-topics: %s", exc)
-            raise SystemExit(2) from None
+            raise  # not SystemExit: Flower would mark the run as completed
 
     return server
 
