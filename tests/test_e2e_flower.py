@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from flower_topics.launch import submit, superlink, supernode, wait_for_run, write_connection
+from flower_topics.launch import submit, superlink, supernode, wait_for_run, with_superlink, write_connection
 from flower_topics.model_file import load_model
 from flower_topics.outputs import read_metrics
 
@@ -62,6 +63,23 @@ def test_deployment_engine_superlink_and_two_supernodes(tmp_path):
     for pid in pids:  # stopped by PID when the context managers closed
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.timeout(300)
+def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, capsys):
+    """`flower-topics-superlink flwr run .` exits 0 on a completed run and 1 on a failed one."""
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
+    flwr = str(Path(sys.executable).with_name("flwr"))
+    config = " ".join(f"{k}={v}" for k, v in {**SMALL, "num-rounds": 2}.items())
+    ok = with_superlink([flwr, "run", ".", "--run-config", f"{config} output-dir='{tmp_path / 'ok'}'"],
+                        num_supernodes=2, app_dir=ROOT, timeout=240)
+    assert ok == 0
+    _check_outputs(tmp_path / "ok", 2)
+    bad = with_superlink([flwr, "run", ".", "--run-config", f"num-topics=0 output-dir='{tmp_path / 'bad'}'"],
+                         num_supernodes=2, app_dir=ROOT, timeout=240)
+    assert bad == 1
+    assert "'num-topics' = 0 must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "bad" / "model.npz").exists()
 
 
 @pytest.mark.timeout(300)
