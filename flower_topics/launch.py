@@ -98,6 +98,20 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 @contextmanager
+def _listening(cmd: list[str], flwr_home: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen]:
+    """Start ``cmd`` in its own process group, wait until it listens on ``port``, stop it by PID."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    try:
+        wait_for_port(port, process, timeout=60)
+        yield process
+    finally:
+        stop(process)
+
+
+@contextmanager
 def superlink(flwr_home: Path, *, simulation: bool, log_path: Path) -> Iterator[int]:
     """Run a SuperLink on a free port of 127.0.0.1; yields the port; stops it by PID."""
     port = free_port()
@@ -105,15 +119,8 @@ def superlink(flwr_home: Path, *, simulation: bool, log_path: Path) -> Iterator[
            "--disable-runtime-dependency-installation"]
     if simulation:
         cmd.append("--simulation")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    try:
-        wait_for_port(port, process, timeout=60)
+    with _listening(cmd, flwr_home, port, log_path):
         yield port
-    finally:
-        stop(process)
 
 
 @contextmanager
@@ -128,15 +135,8 @@ def supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_pat
     port = free_port()
     cmd = [_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
            "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    try:
-        wait_for_port(port, process, timeout=60)
+    with _listening(cmd, flwr_home, port, log_path) as process:
         yield process.pid
-    finally:
-        stop(process)
 
 
 def run_status(app_dir: Path, flwr_home: Path, run_id: int) -> str:
