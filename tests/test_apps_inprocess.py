@@ -87,3 +87,28 @@ def test_existing_outputs_are_never_overwritten(tmp_path):
     with pytest.raises(UserInputError, match="already holds a run's outputs"):
         run_server(LoopbackGrid(make_client_app(config), 3, config), config)
     assert (tmp_path / "run" / "model.npz").read_bytes() == before
+
+
+def test_raw_text_corpus_through_the_run_config(tmp_path):
+    """A JSONL corpus of raw text: preprocessing keys flow from the run config to server and clients,
+    the fixed-seed split is written, label partitioning gives each client its own label."""
+    import json
+
+    rng = np.random.default_rng(0)
+    vocab = {"pets": ["cat", "dog", "puppy", "kitten", "leash"], "money": ["bank", "loan", "stock", "bond", "cash"]}
+    path = tmp_path / "corpus.jsonl"
+    with path.open("w") as fh:
+        for i in range(60):
+            label = "pets" if i % 2 else "money"
+            words = rng.choice(vocab[label], size=12).tolist() + ["the", "and"]  # stopwords, dropped
+            fh.write(json.dumps({"text": " ".join(words).title() + ".", "label": label}) + "\n")
+        fh.write(json.dumps({"text": "The and of.", "label": "pets"}) + "\n")  # empty after preprocessing
+    config = {"dataset": str(path), "num-topics": 2, "num-rounds": 3, "local-sweeps": 5, "min-df": 1, "max-df": 1.0,
+              "partition": "label", "output-dir": str(tmp_path / "run")}
+    run_server(LoopbackGrid(make_client_app(config), 2, config), config)
+    saved = load_model(tmp_path / "run" / "model.npz")
+    assert sorted(saved.vocabulary) == sorted(vocab["pets"] + vocab["money"])  # lowercased, no stopwords
+    split = (tmp_path / "run" / "split.txt").read_text().split()
+    assert len(split) == 60 and split.count("train") == 48  # the empty document was dropped
+    top = saved.top_words(5)
+    assert {frozenset(t) for t in top} == {frozenset(vocab["pets"]), frozenset(vocab["money"])}
