@@ -15,10 +15,12 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from flower_topics.clients import fedlda
 from flower_topics.clients.lda import LDAClientState, train_round
 from flower_topics.config import parse_run_config
 from flower_topics.data.prepare import node_partition
 from flower_topics.errors import UserInputError
+from flower_topics.strategies import fedlda as fedlda_strategy
 from flower_topics.strategies.lda import ARRAYS, CONFIG, COUNTS_KEY, DELTA_KEY, METRICS, UPDATE
 
 
@@ -71,9 +73,15 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     @client.train()
     def train(msg: Message, context: Context) -> Message:
         config = parse_run_config(context.run_config if run_config is None else run_config)
-        return train_lda(msg, context, config)
+        step = train_fedlda if config["method"] == "fedlda" else train_lda
+        return step(msg, context, config)
 
     return client
+
+
+def client_seed(config: Mapping[str, Any], partition_id: int) -> int:
+    """This client's seed: the run seed combined with its partition id."""
+    return int(np.random.SeedSequence([int(config["seed"]), partition_id]).generate_state(1)[0])
 
 
 def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
@@ -93,13 +101,41 @@ def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Mess
         alpha=float(settings["alpha"]),
         beta=float(settings["beta"]),
         n_sweeps=int(settings["local-sweeps"]),
-        seed=int(np.random.SeedSequence([int(config["seed"]), partition_id]).generate_state(1)[0]),
+        seed=client_seed(config, partition_id),
     )
     _save_state(context, state)
     content = RecordDict({
         UPDATE: ArrayRecord({DELTA_KEY: Array(delta)}),
         METRICS: MetricRecord({
             "num-tokens": corpus.n_tokens,
+            "train-seconds": time.perf_counter() - started,
+        }),
+    })
+    return Message(content=content, reply_to=msg)
+
+
+def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """One round of FedLDA's local sampling (Algorithm 1); replies with perturbed tuples only."""
+    started = time.perf_counter()
+    partition_id, num_partitions = node_identity(context)
+    corpus = node_partition(config, partition_id, num_partitions)
+    settings = msg.content[CONFIG]
+    state = _load_state(context)
+    update = fedlda.train_round(
+        corpus,
+        msg.content[ARRAYS][fedlda_strategy.PHI_KEY].numpy(),
+        state,
+        server_round=int(settings["server-round"]),
+        last_applied_round=int(settings["last-applied-round"]),
+        settings=fedlda.FedLDASettings.from_record(settings),
+        seed=client_seed(config, partition_id),
+    )
+    _save_state(context, state)
+    content = RecordDict({
+        UPDATE: ArrayRecord({fedlda_strategy.TUPLES_KEY: Array(update.tuples)}),
+        METRICS: MetricRecord({
+            "num-documents": update.n_docs,
+            "max-tuples-per-document": update.max_tuples_per_doc,
             "train-seconds": time.perf_counter() - started,
         }),
     })

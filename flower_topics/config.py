@@ -67,7 +67,7 @@ def _max_df(v: Any) -> str | None:
 
 
 METHODS = ("lda", "fedlda", "ftm", "pctd", "ntm")
-IMPLEMENTED_METHODS = ("lda",)
+IMPLEMENTED_METHODS = ("lda", "fedlda")
 PARTITION_SCHEMES = ("iid", "label", "dirichlet", "sizes")
 
 OPTIONS: Mapping[str, Option] = MappingProxyType(
@@ -116,6 +116,21 @@ OPTIONS: Mapping[str, Option] = MappingProxyType(
         "alpha": Option(0.1, "document-topic Dirichlet prior (symmetric)", _positive),
         "beta": Option(0.01, "topic-word Dirichlet prior (symmetric)", _positive),
         "local-sweeps": Option(1, "Gibbs sweeps over its tokens a client runs per round", _at_least(1)),
+        # --- FedLDA (Wang, Tong and Shi 2020)
+        "sampler": Option("gibbs", "FedLDA local sampler: gibbs (O(K) per token) or mh (alias Metropolis-Hastings, O(1))",
+                          _one_of("gibbs", "mh")),
+        "mechanism": Option("rrp", "FedLDA word randomizer: rrp, krr, tkrr or none", _one_of("rrp", "krr", "tkrr", "none")),
+        "epsilon": Option(7.5, "FedLDA: privacy budget of one tuple", _positive),
+        "delta": Option(0.1, "FedLDA: mass of each topic's deserted set (RRP is (eps, 2 delta)-LDP per tuple)",
+                        lambda v: None if 0 < v < 1 else "must be in (0, 1)"),
+        "gamma": Option(1.0, "FedLDA: the Zipf constant of Theorem 1 (>= 1; inf gives the paper's experimental eta)",
+                        _at_least(1)),
+        "sample-ratio": Option(0.7, "FedLDA: l / M, the share of padded tuples a document sends (0 sends one)",
+                               lambda v: None if 0 <= v <= 1 else "must be in [0, 1]"),
+        "dummy-tuples": Option("noop", "FedLDA padding: noop (k_old = k_new, exact counts) or noise (look like changes, "
+                               "zero-mean noise)", _one_of("noop", "noise")),
+        "pad-length": Option(0, "FedLDA: public padding length M (0 = each document's own length, which l reveals)",
+                             _at_least(0)),
         # --- federation
         "fraction-train": Option(1.0, "fraction of connected nodes sampled each round", _probability),
         "min-nodes": Option(1, "wait for at least this many nodes before the first round", _at_least(1)),

@@ -23,21 +23,25 @@ from flower_topics.errors import UserInputError
 from flower_topics.model_file import TopicModel
 from flower_topics.outputs import RunOutputs
 from flower_topics.scoring import is_eval_round, score
-from flower_topics.strategies import FederatedLDA, TopicStrategy
+from flower_topics.clients.fedlda import FedLDASettings
+from flower_topics.strategies import FedLDA, FederatedLDA, TopicStrategy
 
 
 
 def build_strategy(config: Mapping[str, Any], vocab_size: int) -> TopicStrategy:
     """The strategy of the run config's method."""
+    sampling = dict(fraction_train=float(config["fraction-train"]), min_nodes=int(config["min-nodes"]),
+                    seed=int(config["seed"]))
+    if config["method"] == "fedlda":
+        settings = FedLDASettings.from_record(config)
+        return FedLDA(vocab_size=vocab_size, settings=settings, beta=float(config["beta"]), **sampling)
     return FederatedLDA(
         n_topics=int(config["num-topics"]),
         vocab_size=vocab_size,
         alpha=float(config["alpha"]),
         beta=float(config["beta"]),
         local_sweeps=int(config["local-sweeps"]),
-        fraction_train=float(config["fraction-train"]),
-        min_nodes=int(config["min-nodes"]),
-        seed=int(config["seed"]),
+        **sampling,
     )
 
 

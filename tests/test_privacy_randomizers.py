@@ -62,7 +62,7 @@ def _randomizers():
     theta, phi = _zipf_model()
     v = phi.shape[1]
     prior = theta @ phi
-    yield "rrp", RRP(2.0, 0.1, math.inf), lambda m, w, rng: m.perturb(np.full(DRAWS, w), np.tile(theta, (DRAWS, 1)), phi, rng), lambda m, w: m.output_distribution(w, theta, phi), v
+    yield "rrp", RRP(2.0, 0.1, math.inf), lambda m, w, rng: m.perturb(np.full(DRAWS, w), np.zeros(DRAWS, np.int64), theta[None, :], phi, rng), lambda m, w: m.output_distribution(w, theta, phi), v
     yield "krr", KRR(2.0, v), lambda m, w, rng: m.perturb(np.full(DRAWS, w), rng), lambda m, w: m.output_distribution(w), v
     yield "tkrr", TruncatedKRR(2.0, 0.1, prior), lambda m, w, rng: m.perturb(np.full(DRAWS, w), rng), lambda m, w: m.output_distribution(w), v
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from flower_topics.categorical import draw_categorical
 from flower_topics.models.update_tuples import (
     Tuples,
     apply_tuples,
     changed_tuples,
     clamped_topic_word,
+    model_dummies,
     pad_and_sample,
+    sample_sizes,
 )
 
 
@@ -22,6 +25,20 @@ def test_changed_tuples_are_the_moved_assignments():
     assert t.k_old.tolist() == [1, 2] and t.k_new.tolist() == [2, 1]
 
 
+def _model(k, v, n_docs, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.ones(k), n_docs), rng.dirichlet(np.ones(v), k)
+
+
+def test_sample_sizes_pad_to_own_length_or_a_public_m():
+    m, l = sample_sizes(np.array([10, 3, 0]), pad_length=0, sample_ratio=0.7)
+    assert m.tolist() == [10, 3, 1] and l.tolist() == [7, 2, 1]
+    m, l = sample_sizes(np.array([10, 3]), pad_length=20, sample_ratio=0.0)
+    assert m.tolist() == [20, 20] and l.tolist() == [1, 1]  # ratio 0: one tuple, as in Fig. 5j
+    with pytest.raises(ValueError):
+        sample_sizes(np.array([3]), pad_length=0, sample_ratio=1.5)
+
+
 def test_all_real_tuples_at_full_sample_reproduce_the_count_change():
     rng = np.random.default_rng(0)
     k, v, n_docs = 4, 9, 6
@@ -29,64 +46,121 @@ def test_all_real_tuples_at_full_sample_reproduce_the_count_change():
     tokens = rng.integers(0, v, doc_ids.size)
     z_old, z_new = rng.integers(0, k, doc_ids.size), rng.integers(0, k, doc_ids.size)
     doc, real = changed_tuples(tokens, doc_ids, z_old, z_new)
-    out_doc, out, is_dummy = pad_and_sample(doc, real, n_docs=n_docs, pad_length=5, sample_size=5, n_topics=k,
-                                            word_prior=np.ones(v), rng=rng)
+    theta, phi = _model(k, v, n_docs)
+    m, l = sample_sizes(np.full(n_docs, 5), pad_length=0, sample_ratio=1.0)
+    out_doc, out, is_dummy = pad_and_sample(doc, real, pad_lengths=m, sample_sizes=l, theta=theta, phi=phi, rng=rng)
     counts = np.zeros((k, v), dtype=np.int64)
     np.add.at(counts, (z_old, tokens), 1)
-    real_only = Tuples(out.words[~is_dummy], out.k_old[~is_dummy], out.k_new[~is_dummy])
-    apply_tuples(counts, real_only)
+    apply_tuples(counts, Tuples(out.words[~is_dummy], out.k_old[~is_dummy], out.k_new[~is_dummy]))
     expected = np.zeros((k, v), dtype=np.int64)
     np.add.at(expected, (z_new, tokens), 1)
     np.testing.assert_array_equal(counts, expected)
     assert (~is_dummy).sum() == len(real)
+    assert np.all(np.bincount(out_doc[is_dummy], minlength=n_docs) == 5 - np.bincount(doc, minlength=n_docs))
 
 
 def test_every_document_sends_exactly_l_tuples_and_dummies_look_real():
     rng = np.random.default_rng(1)
     doc = np.array([0, 0, 0, 2])  # doc 0: 3 changes, doc 1: none, doc 2: one
     real = Tuples(np.array([1, 2, 3, 4], np.int32), np.array([0, 1, 2, 0], np.int32), np.array([1, 2, 0, 2], np.int32))
-    out_doc, out, is_dummy = pad_and_sample(doc, real, n_docs=3, pad_length=10, sample_size=7, n_topics=3,
-                                            word_prior=np.ones(8), rng=rng)
+    theta, phi = _model(3, 8, 3)
+    out_doc, out, is_dummy = pad_and_sample(doc, real, pad_lengths=np.array([10, 10, 10]),
+                                            sample_sizes=np.array([7, 7, 7]), theta=theta, phi=phi, rng=rng)
     assert np.bincount(out_doc).tolist() == [7, 7, 7]
-    assert np.all(out.k_old != out.k_new)  # dummies have the shape of a real change
+    assert np.all(out.k_old[is_dummy] == out.k_new[is_dummy])  # no-op dummies (the default)
+    assert np.all(out.k_old[~is_dummy] != out.k_new[~is_dummy])
+    _, noisy, noisy_dummy = pad_and_sample(doc, real, pad_lengths=np.array([10, 10, 10]),
+                                           sample_sizes=np.array([7, 7, 7]), theta=theta, phi=phi, rng=rng,
+                                           dummies="noise")
+    assert noisy_dummy.any() and np.all(noisy.k_old != noisy.k_new)  # noise dummies look like changes
     assert out.words.dtype == out.k_old.dtype == out.k_new.dtype == np.int32
-    assert 0 <= out.words.min() and out.words.max() < 8
+    assert 0 <= out.words.min() and out.words.max() < 8 and out.k_old.max() < 3
 
 
 def test_sampling_is_uniform_over_the_padded_slots():
     """A document with r real tuples padded to M sends each of them with probability l / M."""
     rng = np.random.default_rng(2)
     real = Tuples(np.arange(3, dtype=np.int32), np.zeros(3, np.int32), np.ones(3, np.int32))
-    hits, trials = 0, 4000
+    theta, phi = _model(2, 5, 1)
+    sent = np.zeros(3)
+    trials = 4000
     for _ in range(trials):
-        _, _, dummy = pad_and_sample(np.zeros(3, np.int64), real, n_docs=1, pad_length=10, sample_size=7,
-                                     n_topics=2, word_prior=np.ones(5), rng=rng)
-        hits += int((~dummy).sum())
-    assert hits / (3 * trials) == pytest.approx(0.7, abs=4 * np.sqrt(0.7 * 0.3 / (3 * trials)))
+        _, out, dummy = pad_and_sample(np.zeros(3, np.int64), real, pad_lengths=np.array([10]),
+                                       sample_sizes=np.array([7]), theta=theta, phi=phi, rng=rng)
+        sent[out.words[~dummy]] += 1
+    se = np.sqrt(0.7 * 0.3 / trials)
+    assert np.all(np.abs(sent / trials - 0.7) < 4 * se)  # each real tuple with probability l / M
 
 
-def test_dummies_are_zero_mean_noise_on_the_counts():
+def test_dummies_are_generated_by_the_model_and_zero_mean_on_the_counts():
     rng = np.random.default_rng(3)
-    k, v, rounds = 3, 4, 3000
-    changes = np.zeros((rounds, k, v))
-    for r in range(rounds):
-        _, out, _ = pad_and_sample(np.zeros(0, np.int64), Tuples(*(np.zeros(0, np.int32),) * 3), n_docs=5,
-                                   pad_length=4, sample_size=4, n_topics=k, word_prior=np.array([4, 3, 2, 1.0]),
-                                   rng=rng)
-        apply_tuples(changes[r], out)
-    mean, se = changes.mean(axis=0), changes.std(axis=0, ddof=1) / np.sqrt(rounds)
-    assert np.all(se > 0) and np.all(np.abs(mean) < 5 * se)  # each cell's expected change is 0
+    theta = np.array([[0.7, 0.2, 0.1]])
+    phi = np.array([[0.6, 0.3, 0.05, 0.05], [0.1, 0.1, 0.4, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    n = 400_000
+    d = model_dummies(np.zeros(n, np.int64), theta, phi, rng, kind="noise")
+    assert np.all(d.k_old != d.k_new)
+    # the word follows the document's generative distribution theta @ phi
+    word_freq = np.bincount(d.words, minlength=4) / n
+    expected = theta[0] @ phi
+    assert np.all(np.abs(word_freq - expected) < 5 * np.sqrt(expected * (1 - expected) / n))
+    # exchangeable topics: each (k, w) cell's expected change is zero
+    change = np.zeros((3, 4))
+    apply_tuples(change, d)
+    pair = np.zeros((3, 4, 2))
+    np.add.at(pair, (d.k_new, d.words, 0), 1)
+    np.add.at(pair, (d.k_old, d.words, 1), 1)
+    se = np.sqrt(pair.sum(axis=2)) + 1.0
+    assert np.all(np.abs(change) < 5 * se)
+    # the pair's topics follow the posterior p(k | w, d) (two distinct draws): for w=0, topic 0 dominates
+    share0 = ((d.k_old == 0) | (d.k_new == 0))[d.words == 0].mean()
+    assert share0 > 0.9
+
+
+def test_noop_dummies_follow_the_model_and_leave_the_counts_unchanged():
+    rng = np.random.default_rng(5)
+    theta = np.array([[0.9, 0.1]])
+    phi = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]])
+    n = 200_000
+    d = model_dummies(np.zeros(n, np.int64), theta, phi, rng)
+    assert np.all(d.k_old == d.k_new)
+    joint = np.zeros((2, 3))
+    np.add.at(joint, (d.k_old, d.words), 1)
+    expected = theta[0][:, None] * phi  # k ~ theta_d, w ~ phi_k
+    assert np.all(np.abs(joint / n - expected) < 5 * np.sqrt(expected * (1 - expected) / n))
+    counts = np.arange(6).reshape(2, 3)
+    before = counts.copy()
+    apply_tuples(counts, d)
+    np.testing.assert_array_equal(counts, before)
+
+
+def test_unassigned_k_old_enters_a_word():
+    counts = np.zeros((2, 3), dtype=np.int64)
+    apply_tuples(counts, Tuples(np.array([2, 2, 0]), np.array([2, 2, 2]), np.array([0, 1, 1])))  # k_old = K
+    np.testing.assert_array_equal(counts, [[0, 0, 1], [1, 0, 1]])
+    apply_tuples(counts, Tuples(np.array([2]), np.array([0]), np.array([1])))
+    np.testing.assert_array_equal(counts, [[0, 0, 0], [1, 0, 2]])
+
+
+def test_draw_categorical_matches_each_row():
+    rng = np.random.default_rng(6)
+    p = np.array([[0.5, 0.0, 0.5], [0.1, 0.2, 0.7]])
+    rows = np.repeat([0, 1], 100_000)
+    draws = draw_categorical(np.cumsum(p, axis=1), rows, rng)
+    for r in (0, 1):
+        freq = np.bincount(draws[rows == r], minlength=3) / 100_000
+        assert np.all(np.abs(freq - p[r]) < 5 * np.sqrt(p[r] * (1 - p[r]) / 100_000) + 1e-12)
 
 
 def test_more_real_tuples_than_m_keeps_a_subset_and_validation():
     rng = np.random.default_rng(4)
     real = Tuples(np.arange(6, dtype=np.int32), np.zeros(6, np.int32), np.ones(6, np.int32))
-    _, out, dummy = pad_and_sample(np.zeros(6, np.int64), real, n_docs=1, pad_length=4, sample_size=4, n_topics=2,
-                                   word_prior=np.ones(6), rng=rng)
+    theta, phi = _model(2, 6, 1)
+    _, out, dummy = pad_and_sample(np.zeros(6, np.int64), real, pad_lengths=np.array([4]),
+                                   sample_sizes=np.array([4]), theta=theta, phi=phi, rng=rng)
     assert not dummy.any() and len(set(out.words.tolist())) == 4
     with pytest.raises(ValueError):
-        pad_and_sample(np.zeros(0, np.int64), real, n_docs=1, pad_length=4, sample_size=5, n_topics=2,
-                       word_prior=np.ones(6), rng=rng)
+        pad_and_sample(np.zeros(0, np.int64), real, pad_lengths=np.array([4]), sample_sizes=np.array([5]),
+                       theta=theta, phi=phi, rng=rng)
 
 
 def test_clamped_topic_word():

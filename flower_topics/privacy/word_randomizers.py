@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flower_topics.categorical import draw_categorical
+
 
 def rrp_eta(epsilon: float, delta: float, gamma: float) -> float:
     """eta of Theorem 1: ``1 / (delta delta0 e^eps + 1)``, ``delta0 = delta - (delta^(-1/gamma) + 1)^(-gamma)``.
@@ -45,12 +47,6 @@ def deserted_sets(phi: np.ndarray, delta: float) -> np.ndarray:
     mask = np.zeros(phi.shape, dtype=bool)
     np.put_along_axis(mask, order, tail_mass <= delta + 1e-12, axis=1)
     return mask
-
-
-def _categorical(cumulative: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One draw per row from rows of cumulative (unnormalized) probabilities."""
-    u = rng.random(cumulative.shape[0]) * cumulative[:, -1]
-    return np.minimum((cumulative < u[:, None]).sum(axis=1), cumulative.shape[1] - 1)
 
 
 @dataclass(frozen=True)
@@ -90,15 +86,29 @@ class RRP:
         """The delta of the paper's guarantee, ``2 delta``."""
         return 2.0 * self.delta
 
-    def perturb(self, words: np.ndarray, theta: np.ndarray, phi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Perturb ``words`` (one per tuple) given each tuple's document theta (rows of ``theta``)."""
+    def perturb(self, words: np.ndarray, docs: np.ndarray, theta: np.ndarray, phi: np.ndarray,
+                rng: np.random.Generator) -> np.ndarray:
+        """Perturb ``words`` (one per tuple).
+
+        Parameters
+        ----------
+        words : np.ndarray
+            The tuples' words.
+        docs : np.ndarray
+            Each tuple's document: its row of ``theta``.
+        theta : np.ndarray
+            ``(D, K)`` document-topic proportions.
+        phi : np.ndarray
+            ``(K, V)`` topic-word distribution.
+        rng : numpy.random.Generator
+            Randomness.
+        """
         words = np.asarray(words, dtype=np.int64)
         out = words.copy()
-        replace = rng.random(words.size) < self.eta
-        idx = np.flatnonzero(replace)
+        idx = np.flatnonzero(rng.random(words.size) < self.eta)
         if idx.size:
-            topics = _categorical(np.cumsum(theta[idx], axis=1), rng)
-            candidates = _categorical(np.cumsum(phi[topics], axis=1), rng)
+            topics = draw_categorical(np.cumsum(theta, axis=1), np.asarray(docs)[idx], rng)
+            candidates = draw_categorical(np.cumsum(phi, axis=1), topics, rng)
             kept_out = deserted_sets(phi, self.delta)[topics, candidates]
             out[idx] = np.where(kept_out, words[idx], candidates)
         return out

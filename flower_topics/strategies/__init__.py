@@ -8,6 +8,7 @@ Each is a :class:`flwr.serverapp.strategy.Strategy` and can be plugged into any 
 """
 
 from flower_topics.strategies.base import TopicStrategy
+from flower_topics.strategies.fedlda import FedLDA
 from flower_topics.strategies.lda import FederatedLDA
 
-__all__ = ["FederatedLDA", "TopicStrategy"]
+__all__ = ["FedLDA", "FederatedLDA", "TopicStrategy"]

@@ -1,0 +1,222 @@
+"""FedLDA's local sampling (Wang, Tong and Shi, AAAI 2020, Algorithm 1).
+
+Each round a client receives the global topic-word distribution phi^(t) and, for
+each of its documents:
+
+1. resamples the topics of the document's words against phi^(t) with the
+   document-topic counts collapsed (Gibbs or alias Metropolis-Hastings, Algorithm 1
+   lines 1-4, :class:`~flower_topics.models.fixed_phi.FixedPhiSampler`);
+2. writes the updating vector in its dense representation, the tuples
+   ``(w, k_old, k_new)`` of the words whose topic changed (line 5);
+3. pads it to M tuples with dummies and samples l of them uniformly without
+   replacement (line 6, "Padding & Sampling");
+4. perturbs the word of every sampled tuple with the configured randomizer (lines
+   7-8; RRP is Algorithm 3).
+
+Documents are the paper's users: each has its own budget and sends exactly its l
+tuples per round. A client holding many documents shuffles all its documents'
+tuples together before sending, so the server sees neither which document a tuple
+came from nor which tuples are dummies. Nothing else leaves the client: no token
+ids, no topic assignments, no theta, no per-document counts; the reply carries the
+tuples and three integers (documents, tuples, largest l) that the accounting needs.
+
+Consistency: as in plain federated LDA (:mod:`flower_topics.clients.lda`), the
+client keeps the assignments of its last *applied* reply and rolls back to them if
+a reply was lost, so that a lost reply does not make the client's topics drift
+from the changes the server has seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from flower_topics.clients.lda import LDAClientState
+from flower_topics.data.corpus import Corpus
+from flower_topics.models.fixed_phi import FixedPhiSampler
+from flower_topics.models.update_tuples import DUMMY_KINDS, Tuples, changed_tuples, pad_and_sample, sample_sizes
+from flower_topics.privacy import KRR, RRP, TruncatedKRR
+
+MECHANISMS = ("rrp", "krr", "tkrr", "none")
+
+
+@dataclass(frozen=True)
+class FedLDASettings:
+    """What the server tells every client about a FedLDA round.
+
+    Parameters
+    ----------
+    n_topics : int
+        K.
+    alpha : float
+        Symmetric document-topic prior.
+    sampler : {"gibbs", "mh"}
+        Local sampler.
+    n_sweeps : int
+        Sampling passes over the client's tokens per round.
+    mechanism : {"rrp", "krr", "tkrr", "none"}
+        Word randomizer.
+    epsilon : float
+        Budget of one tuple.
+    delta : float
+        Deserted mass (RRP) or truncated mass (t-kRR).
+    gamma : float
+        Theorem 1's constant (RRP).
+    sample_ratio : float
+        l / M.
+    pad_length : int
+        Public M, or 0 for each document's own length.
+    dummies : {"noop", "noise"}
+        Kind of dummy tuples (:func:`~flower_topics.models.update_tuples.model_dummies`).
+    """
+
+    n_topics: int
+    alpha: float
+    sampler: str = "gibbs"
+    n_sweeps: int = 1
+    mechanism: str = "rrp"
+    epsilon: float = 7.5
+    delta: float = 0.1
+    gamma: float = 1.0
+    sample_ratio: float = 0.7
+    pad_length: int = 0
+    dummies: str = "noop"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in MECHANISMS:
+            raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}")
+        if self.dummies not in DUMMY_KINDS:
+            raise ValueError(f"dummies must be one of {', '.join(DUMMY_KINDS)}")
+        if self.sampler not in ("gibbs", "mh"):
+            raise ValueError("sampler must be 'gibbs' or 'mh'")
+        if self.n_topics < 2:
+            raise ValueError("FedLDA needs at least 2 topics (a tuple moves a word between two)")
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "FedLDASettings":
+        """Read the settings from the server's ConfigRecord (kebab-case keys)."""
+        return cls(
+            n_topics=int(record["num-topics"]),
+            alpha=float(record["alpha"]),
+            sampler=str(record["sampler"]),
+            n_sweeps=int(record["local-sweeps"]),
+            mechanism=str(record["mechanism"]),
+            epsilon=float(record["epsilon"]),
+            delta=float(record["delta"]),
+            gamma=float(record["gamma"]),
+            sample_ratio=float(record["sample-ratio"]),
+            pad_length=int(record["pad-length"]),
+            dummies=str(record["dummy-tuples"]),
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
+        return {
+            "num-topics": self.n_topics, "alpha": self.alpha, "sampler": self.sampler,
+            "local-sweeps": self.n_sweeps, "mechanism": self.mechanism, "epsilon": self.epsilon,
+            "delta": self.delta, "gamma": self.gamma, "sample-ratio": self.sample_ratio,
+            "pad-length": self.pad_length, "dummy-tuples": self.dummies,
+        }
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """One round's reply.
+
+    Parameters
+    ----------
+    tuples : np.ndarray
+        ``(n, 3)`` int32 rows ``(w, k_old, k_new)``, perturbed and shuffled.
+    n_docs : int
+        Documents that contributed.
+    max_tuples_per_doc : int
+        The largest l among them (the accounting's per-document count).
+    n_real : int
+        Real tuples among ``tuples`` (kept on the client, for its log only).
+    """
+
+    tuples: np.ndarray
+    n_docs: int
+    max_tuples_per_doc: int
+    n_real: int
+
+
+def perturb_words(settings: FedLDASettings, words: np.ndarray, docs: np.ndarray, theta: np.ndarray,
+                  phi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The configured randomizer applied to the words of the sampled tuples.
+
+    t-kRR truncates the vocabulary by the word marginal of phi averaged over topics
+    (public: every client and the server hold phi).
+    """
+    if settings.mechanism == "rrp":
+        return RRP(settings.epsilon, settings.delta, settings.gamma).perturb(words, docs, theta, phi, rng)
+    if settings.mechanism == "krr":
+        return KRR(settings.epsilon, phi.shape[1]).perturb(words, rng)
+    if settings.mechanism == "tkrr":
+        return TruncatedKRR(settings.epsilon, settings.delta, phi.mean(axis=0)).perturb(words, rng)
+    return np.asarray(words, dtype=np.int64)
+
+
+def train_round(
+    corpus: Corpus,
+    phi: np.ndarray,
+    state: LDAClientState,
+    *,
+    server_round: int,
+    last_applied_round: int,
+    settings: FedLDASettings,
+    seed: int,
+) -> ClientUpdate:
+    """Run Algorithm 1 for every document of the client.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        This client's training documents.
+    phi : np.ndarray
+        ``(K, V)`` global topic-word distribution phi^(t) (rows sum to 1, positive).
+    state : LDAClientState
+        Topic assignments kept between rounds; updated in place.
+    server_round : int
+        Current round (>= 1); with ``seed`` it seeds this round's random stream.
+    last_applied_round : int
+        Round of this client's last reply the server applied (0 = none).
+    settings : FedLDASettings
+        The round's settings.
+    seed : int
+        Seed of this client.
+
+    Returns
+    -------
+    ClientUpdate
+        The perturbed, shuffled tuples and the counts the accounting needs.
+    """
+    expected = (settings.n_topics, corpus.n_words)
+    if phi.shape != expected:
+        raise ValueError(f"phi has shape {phi.shape}, expected {expected}")
+    phi = np.asarray(phi, dtype=np.float64)
+    rng = np.random.default_rng([seed, server_round])
+    base_z = state.resolve(last_applied_round)
+    sampler = FixedPhiSampler(corpus, settings.n_topics, settings.alpha, rng,
+                              z=None if base_z is None else base_z.copy())
+    # a first round enters every word into the server's counts: k_old = K, "unassigned"
+    z_old = np.full(corpus.n_tokens, settings.n_topics, np.int32) if base_z is None else sampler.z.copy()
+    sampler.sweep(phi, method=settings.sampler, n_sweeps=settings.n_sweeps)
+    state.pending_z, state.pending_round = sampler.z.copy(), server_round
+
+    doc_of, real = changed_tuples(corpus.tokens, corpus.doc_ids, z_old, sampler.z)
+    theta = sampler.theta()
+    pad, size = sample_sizes(np.diff(corpus.doc_ptr), settings.pad_length, settings.sample_ratio)
+    docs, sampled, is_dummy = pad_and_sample(doc_of, real, pad_lengths=pad, sample_sizes=size, theta=theta,
+                                             phi=phi, rng=rng, dummies=settings.dummies)
+    words = perturb_words(settings, sampled.words, docs, theta, phi, rng)
+    rows = np.stack([words, sampled.k_old, sampled.k_new], axis=1).astype(np.int32)
+    rows = rows[rng.permutation(rows.shape[0])]
+    return ClientUpdate(rows, int(corpus.n_docs), int(size.max(initial=0)), int((~is_dummy).sum()))
+
+
+def tuples_of(rows: np.ndarray) -> Tuples:
+    """The :class:`Tuples` of an ``(n, 3)`` reply array."""
+    return Tuples(rows[:, 0], rows[:, 1], rows[:, 2])
