@@ -59,6 +59,28 @@ def _save_state(context: Context, state: LDAClientState) -> None:
     context.state[_STATE_META] = ConfigRecord({"pending-round": state.pending_round})
 
 
+_FEDLDA_STATE = "fedlda-state"
+_FEDLDA_META = "fedlda-state-meta"
+
+
+def _load_fedlda_state(context: Context) -> fedlda.FedLDAClientState:
+    state = fedlda.FedLDAClientState()
+    if _FEDLDA_STATE in context.state.array_records:
+        arrays = context.state[_FEDLDA_STATE]
+        for name in ("z", "view", "pending_view"):
+            if name in arrays:
+                setattr(state, name, arrays[name].numpy())
+        state.pending_round = int(context.state[_FEDLDA_META]["pending-round"])
+    return state
+
+
+def _save_fedlda_state(context: Context, state: fedlda.FedLDAClientState) -> None:
+    arrays = {name: Array(value) for name in ("z", "view", "pending_view")
+              if (value := getattr(state, name)) is not None}
+    context.state[_FEDLDA_STATE] = ArrayRecord(arrays)
+    context.state[_FEDLDA_META] = ConfigRecord({"pending-round": state.pending_round})
+
+
 def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp bound to ``run_config`` (None: read each run's own config).
 
@@ -120,7 +142,7 @@ def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> M
     partition_id, num_partitions = node_identity(context)
     corpus = node_partition(config, partition_id, num_partitions)
     settings = msg.content[CONFIG]
-    state = _load_state(context)
+    state = _load_fedlda_state(context)
     update = fedlda.train_round(
         corpus,
         msg.content[ARRAYS][fedlda_strategy.PHI_KEY].numpy(),
@@ -130,7 +152,7 @@ def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> M
         settings=fedlda.FedLDASettings.from_record(settings),
         seed=client_seed(config, partition_id),
     )
-    _save_state(context, state)
+    _save_fedlda_state(context, state)
     content = RecordDict({
         UPDATE: ArrayRecord({fedlda_strategy.TUPLES_KEY: Array(update.tuples)}),
         METRICS: MetricRecord({

@@ -112,3 +112,31 @@ def test_raw_text_corpus_through_the_run_config(tmp_path):
     assert len(split) == 60 and split.count("train") == 48  # the empty document was dropped
     top = saved.top_words(5)
     assert {frozenset(t) for t in top} == {frozenset(vocab["pets"]), frozenset(vocab["money"])}
+
+
+def test_fedlda_run_learns_and_reports_privacy_every_round(tmp_path):
+    config = {**SMALL, "method": "fedlda", "mechanism": "rrp", "gamma": "inf", "num-rounds": 12, "eval-every": 4,
+              "local-sweeps": 1, "output-dir": str(tmp_path / "run")}
+    seen = []
+
+    def spy(msg, context):  # what the server receives from each node
+        reply = app(msg, context)
+        seen.append(reply.content)
+        return reply
+
+    app = make_client_app(config)
+    grid = LoopbackGrid(spy, 3, config)
+    run_server(grid, config)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == list(range(1, 13))
+    for r in rows:
+        p = r["privacy"]
+        assert p["mechanism"] == "rrp" and p["eta"] == pytest.approx(0.0524, abs=1e-4)
+        assert p["epsilon"] == pytest.approx(r["round"] * p["tuples_per_document"] * 7.5)
+        assert r["replies_applied"] == 3
+    scored = [r for r in rows if "tss_normalized" in r]
+    assert scored[-1]["tss_normalized"] > scored[0]["tss_normalized"]  # it learns the planted topics
+    assert scored[-1]["tss_normalized"] > 0.6
+    for content in seen:  # nothing but the perturbed tuples and three counts leaves a node
+        assert list(content.array_records) == ["update"] and list(content["update"].keys()) == ["tuples"]
+        assert set(content["metrics"].keys()) == {"num-documents", "max-tuples-per-document", "train-seconds"}

@@ -48,7 +48,8 @@ def test_all_real_tuples_at_full_sample_reproduce_the_count_change():
     doc, real = changed_tuples(tokens, doc_ids, z_old, z_new)
     theta, phi = _model(k, v, n_docs)
     m, l = sample_sizes(np.full(n_docs, 5), pad_length=0, sample_ratio=1.0)
-    out_doc, out, is_dummy = pad_and_sample(doc, real, pad_lengths=m, sample_sizes=l, theta=theta, phi=phi, rng=rng)
+    out_doc, out, source = pad_and_sample(doc, real, pad_lengths=m, sample_sizes=l, theta=theta, phi=phi, rng=rng)
+    is_dummy = source < 0
     counts = np.zeros((k, v), dtype=np.int64)
     np.add.at(counts, (z_old, tokens), 1)
     apply_tuples(counts, Tuples(out.words[~is_dummy], out.k_old[~is_dummy], out.k_new[~is_dummy]))
@@ -64,15 +65,17 @@ def test_every_document_sends_exactly_l_tuples_and_dummies_look_real():
     doc = np.array([0, 0, 0, 2])  # doc 0: 3 changes, doc 1: none, doc 2: one
     real = Tuples(np.array([1, 2, 3, 4], np.int32), np.array([0, 1, 2, 0], np.int32), np.array([1, 2, 0, 2], np.int32))
     theta, phi = _model(3, 8, 3)
-    out_doc, out, is_dummy = pad_and_sample(doc, real, pad_lengths=np.array([10, 10, 10]),
-                                            sample_sizes=np.array([7, 7, 7]), theta=theta, phi=phi, rng=rng)
+    out_doc, out, source = pad_and_sample(doc, real, pad_lengths=np.array([10, 10, 10]),
+                                          sample_sizes=np.array([7, 7, 7]), theta=theta, phi=phi, rng=rng)
+    is_dummy = source < 0
+    np.testing.assert_array_equal(out.words[~is_dummy], real.words[source[~is_dummy]])
     assert np.bincount(out_doc).tolist() == [7, 7, 7]
     assert np.all(out.k_old[is_dummy] == out.k_new[is_dummy])  # no-op dummies (the default)
     assert np.all(out.k_old[~is_dummy] != out.k_new[~is_dummy])
-    _, noisy, noisy_dummy = pad_and_sample(doc, real, pad_lengths=np.array([10, 10, 10]),
+    _, noisy, noisy_source = pad_and_sample(doc, real, pad_lengths=np.array([10, 10, 10]),
                                            sample_sizes=np.array([7, 7, 7]), theta=theta, phi=phi, rng=rng,
                                            dummies="noise")
-    assert noisy_dummy.any() and np.all(noisy.k_old != noisy.k_new)  # noise dummies look like changes
+    assert (noisy_source < 0).any() and np.all(noisy.k_old != noisy.k_new)  # noise dummies look like changes
     assert out.words.dtype == out.k_old.dtype == out.k_new.dtype == np.int32
     assert 0 <= out.words.min() and out.words.max() < 8 and out.k_old.max() < 3
 
@@ -85,9 +88,9 @@ def test_sampling_is_uniform_over_the_padded_slots():
     sent = np.zeros(3)
     trials = 4000
     for _ in range(trials):
-        _, out, dummy = pad_and_sample(np.zeros(3, np.int64), real, pad_lengths=np.array([10]),
-                                       sample_sizes=np.array([7]), theta=theta, phi=phi, rng=rng)
-        sent[out.words[~dummy]] += 1
+        _, out, source = pad_and_sample(np.zeros(3, np.int64), real, pad_lengths=np.array([10]),
+                                        sample_sizes=np.array([7]), theta=theta, phi=phi, rng=rng)
+        sent[source[source >= 0]] += 1
     se = np.sqrt(0.7 * 0.3 / trials)
     assert np.all(np.abs(sent / trials - 0.7) < 4 * se)  # each real tuple with probability l / M
 
@@ -155,9 +158,9 @@ def test_more_real_tuples_than_m_keeps_a_subset_and_validation():
     rng = np.random.default_rng(4)
     real = Tuples(np.arange(6, dtype=np.int32), np.zeros(6, np.int32), np.ones(6, np.int32))
     theta, phi = _model(2, 6, 1)
-    _, out, dummy = pad_and_sample(np.zeros(6, np.int64), real, pad_lengths=np.array([4]),
-                                   sample_sizes=np.array([4]), theta=theta, phi=phi, rng=rng)
-    assert not dummy.any() and len(set(out.words.tolist())) == 4
+    _, out, source = pad_and_sample(np.zeros(6, np.int64), real, pad_lengths=np.array([4]),
+                                    sample_sizes=np.array([4]), theta=theta, phi=phi, rng=rng)
+    assert np.all(source >= 0) and len(set(out.words.tolist())) == 4
     with pytest.raises(ValueError):
         pad_and_sample(np.zeros(0, np.int64), real, pad_lengths=np.array([4]), sample_sizes=np.array([5]),
                        theta=theta, phi=phi, rng=rng)

@@ -20,10 +20,14 @@ came from nor which tuples are dummies. Nothing else leaves the client: no token
 ids, no topic assignments, no theta, no per-document counts; the reply carries the
 tuples and three integers (documents, tuples, largest l) that the accounting needs.
 
-Consistency: as in plain federated LDA (:mod:`flower_topics.clients.lda`), the
-client keeps the assignments of its last *applied* reply and rolls back to them if
-a reply was lost, so that a lost reply does not make the client's topics drift
-from the changes the server has seen.
+What the server knows. A document's tuples describe changes relative to the topic
+the server currently counts each of its words under, its *server view*: a word
+whose change was not among the l sampled tuples stays pending and is sent in a
+later round, instead of being lost. The server's counts then always equal the
+counts of the clients' server views (up to the randomizer's replaced words), and
+sampling does not make them drift. Only the server view is rolled back when a
+reply was not applied (the server tells each client the round of its last applied
+reply); the topic assignments themselves never need to be.
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from flower_topics.clients.lda import LDAClientState
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.fixed_phi import FixedPhiSampler
 from flower_topics.models.update_tuples import DUMMY_KINDS, Tuples, changed_tuples, pad_and_sample, sample_sizes
@@ -159,10 +162,42 @@ def perturb_words(settings: FedLDASettings, words: np.ndarray, docs: np.ndarray,
     return np.asarray(words, dtype=np.int64)
 
 
+@dataclass
+class FedLDAClientState:
+    """What a client keeps between rounds (``context.state`` in Flower).
+
+    Parameters
+    ----------
+    z : np.ndarray or None
+        Current topic of each token.
+    view : np.ndarray or None
+        Topic the server counts each token under (K = not counted yet), as of the
+        client's last applied reply.
+    pending_view : np.ndarray or None
+        The server view if the last reply is applied.
+    pending_round : int
+        Round of that reply (0 = none).
+    """
+
+    z: np.ndarray | None = None
+    view: np.ndarray | None = None
+    pending_view: np.ndarray | None = None
+    pending_round: int = 0
+
+    def resolve(self, last_applied_round: int, n_tokens: int, n_topics: int) -> np.ndarray:
+        """The server view, given the round of this client's last applied reply (0 = none)."""
+        if self.pending_round and last_applied_round == self.pending_round:
+            self.view = self.pending_view
+        elif last_applied_round == 0 or self.view is None:
+            self.view = np.full(n_tokens, n_topics, dtype=np.int32)
+        self.pending_view, self.pending_round = None, 0
+        return self.view
+
+
 def train_round(
     corpus: Corpus,
     phi: np.ndarray,
-    state: LDAClientState,
+    state: FedLDAClientState,
     *,
     server_round: int,
     last_applied_round: int,
@@ -177,8 +212,8 @@ def train_round(
         This client's training documents.
     phi : np.ndarray
         ``(K, V)`` global topic-word distribution phi^(t) (rows sum to 1, positive).
-    state : LDAClientState
-        Topic assignments kept between rounds; updated in place.
+    state : FedLDAClientState
+        Topic assignments and server view kept between rounds; updated in place.
     server_round : int
         Current round (>= 1); with ``seed`` it seeds this round's random stream.
     last_applied_round : int
@@ -198,23 +233,26 @@ def train_round(
         raise ValueError(f"phi has shape {phi.shape}, expected {expected}")
     phi = np.asarray(phi, dtype=np.float64)
     rng = np.random.default_rng([seed, server_round])
-    base_z = state.resolve(last_applied_round)
-    sampler = FixedPhiSampler(corpus, settings.n_topics, settings.alpha, rng,
-                              z=None if base_z is None else base_z.copy())
-    # a first round enters every word into the server's counts: k_old = K, "unassigned"
-    z_old = np.full(corpus.n_tokens, settings.n_topics, np.int32) if base_z is None else sampler.z.copy()
+    view = state.resolve(last_applied_round, corpus.n_tokens, settings.n_topics)
+    sampler = FixedPhiSampler(corpus, settings.n_topics, settings.alpha, rng, z=state.z)
     sampler.sweep(phi, method=settings.sampler, n_sweeps=settings.n_sweeps)
-    state.pending_z, state.pending_round = sampler.z.copy(), server_round
+    state.z = sampler.z
 
-    doc_of, real = changed_tuples(corpus.tokens, corpus.doc_ids, z_old, sampler.z)
+    positions = np.flatnonzero(view != sampler.z)
+    doc_of, real = changed_tuples(corpus.tokens, corpus.doc_ids, view, sampler.z)
     theta = sampler.theta()
     pad, size = sample_sizes(np.diff(corpus.doc_ptr), settings.pad_length, settings.sample_ratio)
-    docs, sampled, is_dummy = pad_and_sample(doc_of, real, pad_lengths=pad, sample_sizes=size, theta=theta,
-                                             phi=phi, rng=rng, dummies=settings.dummies)
+    docs, sampled, source = pad_and_sample(doc_of, real, pad_lengths=pad, sample_sizes=size, theta=theta,
+                                           phi=phi, rng=rng, dummies=settings.dummies)
+    sent = positions[source[source >= 0]]
+    state.pending_view = view.copy()
+    state.pending_view[sent] = sampler.z[sent]
+    state.pending_round = server_round
+
     words = perturb_words(settings, sampled.words, docs, theta, phi, rng)
     rows = np.stack([words, sampled.k_old, sampled.k_new], axis=1).astype(np.int32)
     rows = rows[rng.permutation(rows.shape[0])]
-    return ClientUpdate(rows, int(corpus.n_docs), int(size.max(initial=0)), int((~is_dummy).sum()))
+    return ClientUpdate(rows, int(corpus.n_docs), int(size.max(initial=0)), int(sent.size))
 
 
 def tuples_of(rows: np.ndarray) -> Tuples:

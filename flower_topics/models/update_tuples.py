@@ -167,8 +167,9 @@ def pad_and_sample(
         Document of each output tuple (``sum(l)`` of them, in document order).
     tuples : Tuples
         The sampled tuples.
-    is_dummy : np.ndarray
-        Which outputs are dummies (for the client's own bookkeeping; never sent).
+    source : np.ndarray
+        For each output, the index of the real tuple it is, or -1 for a dummy (the
+        client's own bookkeeping; never sent).
     """
     pad_lengths = np.asarray(pad_lengths, dtype=np.int64)
     sample_sizes = np.asarray(sample_sizes, dtype=np.int64)
@@ -186,11 +187,11 @@ def pad_and_sample(
     dummy_docs = np.repeat(np.arange(n_docs), sample_sizes - sent_real)
     dummy = model_dummies(dummy_docs, theta, phi, rng, dummies)
     doc = np.concatenate([doc_of_tuple[chosen], dummy_docs])
-    is_dummy = np.concatenate([np.zeros(chosen.size, bool), np.ones(dummy_docs.size, bool)])
+    source = np.concatenate([chosen, np.full(dummy_docs.size, -1, dtype=np.int64)])
     by_doc = np.argsort(doc, kind="stable")
     tuples = Tuples(*(np.concatenate([getattr(real, f)[chosen], getattr(dummy, f)]).astype(np.int32)[by_doc]
                       for f in ("words", "k_old", "k_new")))
-    return doc[by_doc], tuples, is_dummy[by_doc]
+    return doc[by_doc], tuples, source[by_doc]
 
 
 def apply_tuples(counts: np.ndarray, tuples: Tuples) -> None:

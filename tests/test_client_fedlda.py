@@ -1,0 +1,96 @@
+"""FedLDA client (Algorithm 1, without Flower): what leaves the client, padding, perturbation, rollback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flower_topics.clients.fedlda import FedLDAClientState, FedLDASettings, train_round, tuples_of
+from flower_topics.data.corpus import Corpus
+from flower_topics.models.update_tuples import apply_tuples
+
+K, V = 3, 12
+
+
+def _corpus(seed: int = 0, n_docs: int = 10) -> Corpus:
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, V, size=rng.integers(5, 20)) for _ in range(n_docs)]
+    return Corpus.from_documents(docs, [f"w{i}" for i in range(V)])
+
+
+def _phi(seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).dirichlet(np.ones(V), K)
+
+
+def _run(corpus, state, r, applied, **settings):
+    return train_round(corpus, _phi(), state, server_round=r, last_applied_round=applied,
+                       settings=FedLDASettings(n_topics=K, alpha=0.1, **settings), seed=3)
+
+
+def _counts(view, corpus):
+    counts = np.zeros((K, V), dtype=np.int64)
+    keep = view < K
+    np.add.at(counts, (view[keep], corpus.tokens[keep]), 1)
+    return counts
+
+
+def test_without_perturbation_the_servers_counts_are_the_clients_server_view():
+    """Unsampled changes stay pending: after any number of rounds the applied tuples sum
+    exactly to the counts of the topics the client says the server holds."""
+    corpus = _corpus()
+    state = FedLDAClientState()
+    counts = np.zeros((K, V), dtype=np.int64)
+    for r in range(1, 8):
+        update = _run(corpus, state, r, r - 1, mechanism="none", sample_ratio=0.5)
+        if r == 1:
+            assert np.all(update.tuples[:, 1] == K)  # every word enters the counts
+        apply_tuples(counts, tuples_of(update.tuples))
+        np.testing.assert_array_equal(counts, _counts(state.pending_view, corpus))
+    assert counts.sum() < corpus.n_tokens or np.all(state.pending_view < K)
+    pending = np.mean(state.pending_view != state.z)
+    assert pending < 0.5  # most changes reach the server within a few rounds
+
+
+def test_every_document_sends_l_tuples_and_the_reply_is_shuffled():
+    corpus = _corpus()
+    lengths = np.diff(corpus.doc_ptr)
+    update = _run(corpus, FedLDAClientState(), 1, 0, sample_ratio=0.7)
+    assert update.tuples.shape[0] == int(np.maximum(1, np.floor(0.7 * lengths + 1e-9)).sum())
+    assert update.n_docs == corpus.n_docs and update.max_tuples_per_doc == int(np.floor(0.7 * lengths.max() + 1e-9))
+    public = _run(corpus, FedLDAClientState(), 1, 0, pad_length=30, sample_ratio=0.5)
+    assert public.tuples.shape[0] == 15 * corpus.n_docs and public.max_tuples_per_doc == 15  # lengths hidden
+    # shuffled: the entering tuples (k_old = K) are not grouped first, they are spread over the reply
+    first_round = public.tuples
+    real_positions = np.flatnonzero(first_round[:, 1] == K)
+    assert 0 < real_positions.size < first_round.shape[0]
+    assert real_positions.mean() == pytest.approx((first_round.shape[0] - 1) / 2, rel=0.25)
+
+
+def test_rrp_changes_about_eta_of_the_words_and_nothing_else():
+    corpus = _corpus(n_docs=200)
+    plain = _run(corpus, FedLDAClientState(), 1, 0, mechanism="none", sample_ratio=1.0)
+    noisy = _run(corpus, FedLDAClientState(), 1, 0, mechanism="rrp", epsilon=1.0, delta=0.1, gamma=1.0,
+                 sample_ratio=1.0)
+    # same seed, same sampling: the tuples' topics agree as multisets; only words may differ
+    assert sorted(map(tuple, plain.tuples[:, 1:])) == sorted(map(tuple, noisy.tuples[:, 1:]))
+    changed = 1 - np.mean(np.sort(plain.tuples[:, 0]) == np.sort(noisy.tuples[:, 0]))
+    assert changed > 0  # some words replaced
+
+
+def test_a_lost_reply_rolls_back_the_server_view_only():
+    corpus = _corpus()
+    state = FedLDAClientState()
+    counts = np.zeros((K, V), dtype=np.int64)
+    for r, applied, keep in [(1, 0, True), (2, 1, False), (3, 1, True), (4, 3, True)]:
+        update = _run(corpus, state, r, applied, mechanism="none")
+        if keep:  # round 2's reply is lost: the server applies rounds 1, 3, 4
+            apply_tuples(counts, tuples_of(update.tuples))
+    np.testing.assert_array_equal(counts, _counts(state.pending_view, corpus))
+    _run(corpus, state, 5, 0)  # the server applied nothing of this client: start over
+    assert np.all(state.view == K)
+
+
+def test_bad_phi_shape_is_refused():
+    with pytest.raises(ValueError, match="phi has shape"):
+        train_round(_corpus(), np.ones((K, V + 1)) / (V + 1), FedLDAClientState(), server_round=1,
+                    last_applied_round=0, settings=FedLDASettings(n_topics=K, alpha=0.1), seed=0)
