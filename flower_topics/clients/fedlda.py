@@ -131,7 +131,8 @@ class ClientUpdate:
     Parameters
     ----------
     tuples : np.ndarray
-        ``(n, 3)`` int32 rows ``(w, k_old, k_new)``, perturbed and shuffled.
+        ``(n, 3)`` rows ``(w, k_old, k_new)``, perturbed and shuffled; uint16 when the
+        vocabulary and topics fit (6 bytes a tuple), else int32.
     n_docs : int
         Documents that contributed.
     max_tuples_per_doc : int
@@ -250,7 +251,8 @@ def train_round(
     state.pending_round = server_round
 
     words = perturb_words(settings, sampled.words, docs, theta, phi, rng)
-    rows = np.stack([words, sampled.k_old, sampled.k_new], axis=1).astype(np.int32)
+    wire = np.uint16 if max(corpus.n_words, settings.n_topics + 1) <= np.iinfo(np.uint16).max else np.int32
+    rows = np.stack([words, sampled.k_old, sampled.k_new], axis=1).astype(wire)
     rows = rows[rng.permutation(rows.shape[0])]
     return ClientUpdate(rows, int(corpus.n_docs), int(size.max(initial=0)), int(sent.size))
 

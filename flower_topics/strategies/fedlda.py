@@ -173,7 +173,7 @@ class FedLDA(TopicStrategy):
                           or rows[:, 2].min() < 0 or rows[:, 2].max() >= k):
             self.reject(server_round, msg, f"tuple outside the vocabulary ({self.vocab_size}) or topics ({k})")
             return None
-        return rows
+        return rows.astype(np.int64)
 
     # ------------------------------------------------------------ privacy
     @property
