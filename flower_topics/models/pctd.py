@@ -49,6 +49,11 @@ and ``p(w|z)`` are, and the log-sum-exp normalization cannot underflow to 0/0. `
 distribution over topics per unit, so eq. (7) gives a distribution per document (documents
 without units keep their previous ``p(z|d)``). The noisy counts in ``M_t`` stay as they are,
 negative entries included: the server decides what to do with negative mass.
+
+Scale of the noise: the log-odds of topics k, k' of a unit receive noise of standard
+deviation ``sigma ||log p(.|z_k) - log p(.|z_k')||_2`` (over all V words); on BBC News (V = 2949,
+K = 20, after 30 noiseless iterations) that norm is about 200, so at the paper's
+``sigma = 0.25`` only about a quarter of the units keep their noiseless most likely topic.
 """
 
 from __future__ import annotations
@@ -111,7 +116,7 @@ class SemanticUnits:
 
     @property
     def doc_unit_ptr(self) -> np.ndarray:
-        """``int64`` offsets of length ``n_docs + 1``: document ``d``'s units are ``doc_unit_ptr[d]:doc_unit_ptr[d+1]``."""
+        """``int64`` offsets, length ``n_docs + 1``: units of document ``d`` are ``[ptr[d], ptr[d + 1])``."""
         ptr = np.zeros(self.n_docs + 1, dtype=np.int64)
         np.cumsum(np.bincount(self.unit_doc, minlength=self.n_docs), out=ptr[1:])
         return ptr
