@@ -1,0 +1,183 @@
+"""Privacy accounting of PC-TD's Gaussian count noise over T rounds (Theorem 1).
+
+PC-TD (Shi et al., IEEE Intelligent Systems 2020, section "Privacy Analysis") adds
+``N(0, sigma^2)`` to every unit word count ``N_ijw`` each EM iteration (eq. 4, Algorithm 1
+line 6), with sensitivity ``Delta N = 1``: neighbouring datasets differ in one word of one
+document. Each iteration is one Gaussian mechanism ``M_t`` on the party's counts
+(everything the party releases, ``M_t(w, z_k)`` of eq. 10, is post-processing of them and of
+earlier releases); every party releases in every round, nothing is subsampled (sample
+rate 1), and a party's data is only in its own releases, so its guarantee is that of T
+adaptive Gaussian releases. The paper composes them with the moments accountant of Abadi
+et al. 2016 (eqs. 14-17) and states only the asymptotic Theorem 1,
+``sigma >= Theta(sqrt(T log(1/delta)) / eps)``.
+
+Three numbers are provided:
+
+- :func:`gaussian_epsilon`: the tight value, Renyi DP of the Gaussian mechanism
+  (``T alpha / (2 sigma^2)`` at order alpha) converted to (eps, delta) by Opacus
+  (``opacus.accountants.analysis.rdp.compute_rdp`` / ``get_privacy_spent``; the conversion is
+  Balle et al. 2020, Theorem 21: ``eps = rdp - (log delta + log alpha) / (alpha - 1) + log((alpha - 1) / alpha)``).
+- :func:`moments_accountant_epsilon`: eqs. (16)-(17) literally, with the Gaussian log-moment
+  ``alpha(lambda) = T lambda (lambda + 1) / (2 sigma^2)`` (Abadi et al., Lemma 3, q = 1):
+  ``eps = min_lambda (alpha(lambda) + log(1/delta)) / lambda`` (looser than the above).
+- :func:`theorem1_epsilon`: the explicit constant of the paper's proof of Theorem 1. The
+  proof bounds ``alpha(lambda) <= T lambda^2 / sigma^2`` and asks ``T lambda^2 / sigma^2 <=
+  lambda eps / 2`` and ``exp(-lambda eps / 2) <= delta``; the best ``lambda =
+  sigma sqrt(log(1/delta) / T)`` gives ``eps = 2 sqrt(T log(1/delta)) / sigma``. The bound
+  ``lambda (lambda + 1) <= 2 lambda^2`` needs ``lambda >= 1``, i.e. ``sigma >= sqrt(T /
+  log(1/delta))``; below that (e.g. the paper's sigma = 0.25) the formula is *not* a valid
+  guarantee and underestimates the true epsilon, which is then of order ``T / (2 sigma^2)``
+  (hundreds at sigma = 0.25). :func:`theorem1_valid` tells which regime applies.
+
+Caveat on ``Delta N = 1``: it holds when the unit structure does not depend on the changed
+word (e.g. a word replaced, or units fixed in advance). With overlapping n-gram windows a
+word sits in up to n units (sensitivity sqrt(n)); deleting a word from chunked units shifts
+the later chunks of its document. The accountant takes the noise multiplier
+``sigma / Delta N``: pass ``sigma / sqrt(n)`` for overlapping windows.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+from flower_topics.privacy.composition import PrivacySpent
+
+#: RDP orders: Opacus's RDPAccountant.DEFAULT_ALPHAS, refined near 1 and extended upwards.
+DEFAULT_ORDERS: tuple[float, ...] = tuple(
+    [1.0 + x / 100.0 for x in range(1, 10)]
+    + [1.0 + x / 10.0 for x in range(1, 100)]
+    + list(range(12, 64))
+    + [64, 80, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096]
+)
+
+ACCOUNTANT = "RDP (opacus), Gaussian mechanism, sample rate 1"
+
+
+def _check(noise_multiplier: float, rounds: int, delta: float) -> None:
+    if not noise_multiplier > 0:
+        raise ValueError("noise_multiplier must be > 0")
+    if rounds < 0 or int(rounds) != rounds:
+        raise ValueError("rounds must be a non-negative integer")
+    if not 0 < delta < 1:
+        raise ValueError("delta must be in (0, 1)")
+
+
+def gaussian_epsilon_and_order(noise_multiplier: float, rounds: int, delta: float,
+                               orders: tuple[float, ...] = DEFAULT_ORDERS) -> tuple[float, float]:
+    """``(eps, optimal RDP order)`` after ``rounds`` Gaussian releases (sensitivity 1, q = 1), via Opacus."""
+    _check(noise_multiplier, rounds, delta)
+    if rounds == 0:
+        return 0.0, float("nan")
+    rdp = compute_rdp(q=1.0, noise_multiplier=noise_multiplier, steps=int(rounds), orders=list(orders))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "optimal order is the smallest/largest alpha"
+        eps, order = get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
+    return float(eps), float(order)
+
+
+def gaussian_epsilon(noise_multiplier: float, rounds: int, delta: float,
+                     orders: tuple[float, ...] = DEFAULT_ORDERS) -> PrivacySpent:
+    """(eps, delta) of PC-TD after ``rounds`` iterations with noise ``sigma`` (Theorem 1 setting, tight RDP).
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        ``sigma / Delta N`` (the paper: ``Delta N = 1``, so sigma itself).
+    rounds : int
+        Number of EM iterations T (each party releases once per iteration).
+    delta : float
+        Target delta.
+    orders : tuple of float
+        RDP orders to optimize over.
+
+    Returns
+    -------
+    PrivacySpent
+    """
+    eps, _ = gaussian_epsilon_and_order(noise_multiplier, rounds, delta, orders)
+    return PrivacySpent(eps, delta, ACCOUNTANT)
+
+
+def gaussian_epsilon_series(noise_multiplier: float, rounds: int, delta: float,
+                            orders: tuple[float, ...] = DEFAULT_ORDERS) -> np.ndarray:
+    """``eps`` after each of rounds ``1 .. rounds`` (per-round privacy report), shape ``(rounds,)``."""
+    _check(noise_multiplier, rounds, delta)
+    per_round = np.asarray(compute_rdp(q=1.0, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)))
+    alphas = np.asarray(orders, dtype=np.float64)
+    t = np.arange(1, int(rounds) + 1, dtype=np.float64)[:, None]
+    # get_privacy_spent's conversion, vectorized over rounds (same formula, same orders)
+    eps = t * per_round[None, :] - (np.log(delta) + np.log(alphas)) / (alphas - 1) + np.log((alphas - 1) / alphas)
+    return eps.min(axis=1)
+
+
+def gaussian_sigma_for_epsilon(target_epsilon: float, rounds: int, delta: float,
+                               orders: tuple[float, ...] = DEFAULT_ORDERS, rel_tol: float = 1e-6) -> float:
+    """Smallest ``sigma`` whose :func:`gaussian_epsilon` over ``rounds`` is at most ``target_epsilon`` (bisection).
+
+    The result ``s`` satisfies ``eps(s) <= target_epsilon`` and ``eps(s / (1 + rel_tol)) > target_epsilon``
+    up to the bisection tolerance.
+    """
+    if not target_epsilon > 0 or rounds < 1:
+        raise ValueError("target_epsilon must be > 0 and rounds >= 1")
+    _check(1.0, rounds, delta)
+
+    def eps(sigma: float) -> float:
+        return gaussian_epsilon_and_order(sigma, rounds, delta, orders)[0]
+
+    lo, hi = 1e-3, 1.0
+    while eps(hi) > target_epsilon:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e8:
+            raise ValueError("target epsilon not reachable with the given orders")
+    while eps(lo) <= target_epsilon:
+        lo /= 2.0
+        if lo < 1e-12:
+            return lo
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def moments_accountant_epsilon(noise_multiplier: float, rounds: int, delta: float,
+                               lambdas: tuple[float, ...] = tuple(o - 1.0 for o in DEFAULT_ORDERS)) -> float:
+    """Eqs. (16)-(17) literally, with the Gaussian log-moment ``alpha(lambda) = T lambda (lambda + 1) / (2 sigma^2)``.
+
+    ``eps = min_lambda (alpha(lambda) + log(1/delta)) / lambda`` over ``lambdas`` (the classic
+    conversion; never tighter than :func:`gaussian_epsilon` on the same orders ``lambda + 1``).
+    """
+    _check(noise_multiplier, rounds, delta)
+    lam = np.asarray(lambdas, dtype=np.float64)
+    lam = lam[lam > 0]
+    moment = rounds * lam * (lam + 1.0) / (2.0 * noise_multiplier**2)
+    return float(np.min((moment + math.log(1.0 / delta)) / lam))
+
+
+def theorem1_epsilon(noise_multiplier: float, rounds: int, delta: float) -> float:
+    """The explicit form of the paper's Theorem 1 proof: ``eps = 2 sqrt(T log(1/delta)) / sigma``.
+
+    A valid guarantee only when :func:`theorem1_valid` holds (the proof's ``lambda >= 1``).
+    """
+    _check(noise_multiplier, rounds, delta)
+    return 2.0 * math.sqrt(rounds * math.log(1.0 / delta)) / noise_multiplier
+
+
+def theorem1_sigma(epsilon: float, rounds: int, delta: float) -> float:
+    """Inverse of :func:`theorem1_epsilon`: ``sigma = 2 sqrt(T log(1/delta)) / eps``."""
+    if not epsilon > 0:
+        raise ValueError("epsilon must be > 0")
+    _check(1.0, rounds, delta)
+    return 2.0 * math.sqrt(rounds * math.log(1.0 / delta)) / epsilon
+
+
+def theorem1_valid(noise_multiplier: float, rounds: int, delta: float) -> bool:
+    """Whether the proof's optimal ``lambda = sigma sqrt(log(1/delta) / T)`` is >= 1 (its bound's premise)."""
+    _check(noise_multiplier, rounds, delta)
+    return rounds > 0 and noise_multiplier * math.sqrt(math.log(1.0 / delta) / rounds) >= 1.0
