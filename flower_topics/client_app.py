@@ -15,12 +15,13 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from flower_topics.clients import fedlda
+from flower_topics.clients import fedlda, pctd
 from flower_topics.clients.lda import LDAClientState, train_round
 from flower_topics.config import parse_run_config
 from flower_topics.data.prepare import node_partition
 from flower_topics.errors import UserInputError
 from flower_topics.strategies import fedlda as fedlda_strategy
+from flower_topics.strategies import pctd as pctd_strategy
 from flower_topics.strategies.lda import ARRAYS, CONFIG, COUNTS_KEY, DELTA_KEY, METRICS, UPDATE
 
 
@@ -95,7 +96,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     @client.train()
     def train(msg: Message, context: Context) -> Message:
         config = parse_run_config(context.run_config if run_config is None else run_config)
-        step = train_fedlda if config["method"] == "fedlda" else train_lda
+        step = {"fedlda": train_fedlda, "pctd": train_pctd}.get(str(config["method"]), train_lda)
         return step(msg, context, config)
 
     return client
@@ -160,6 +161,34 @@ def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> M
             "max-tuples-per-document": update.max_tuples_per_doc,
             "train-seconds": time.perf_counter() - started,
         }),
+    })
+    return Message(content=content, reply_to=msg)
+
+
+_PCTD_STATE = "pctd-state"
+
+
+def train_pctd(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """One private EM iteration of PC-TD (Algorithm 1, lines 4-10); replies with ``M_t`` only."""
+    started = time.perf_counter()
+    partition_id, num_partitions = node_identity(context)
+    corpus = node_partition(config, partition_id, num_partitions)
+    settings = msg.content[CONFIG]
+    state = pctd.PCTDClientState()
+    if _PCTD_STATE in context.state.array_records:
+        state.doc_topic = context.state[_PCTD_STATE]["doc-topic"].numpy()
+    statistic = pctd.train_round(
+        corpus,
+        msg.content[ARRAYS][pctd_strategy.PHI_KEY].numpy(),
+        state,
+        server_round=int(settings["server-round"]),
+        settings=pctd.PCTDSettings.from_record(settings),
+        seed=client_seed(config, partition_id),
+    )
+    context.state[_PCTD_STATE] = ArrayRecord({"doc-topic": Array(state.doc_topic)})
+    content = RecordDict({
+        UPDATE: ArrayRecord({pctd_strategy.STATISTIC_KEY: Array(statistic)}),
+        METRICS: MetricRecord({"train-seconds": time.perf_counter() - started}),
     })
     return Message(content=content, reply_to=msg)
 

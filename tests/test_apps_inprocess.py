@@ -56,7 +56,7 @@ def test_global_counts_equal_total_training_tokens(tmp_path):
 
     cfg = parse_run_config(config)
     data = load_run_data(cfg)
-    strategy = build_strategy(cfg, data.corpus.n_words)
+    strategy = build_strategy(cfg, data.corpus.vocabulary)
     assert isinstance(strategy, FederatedLDA)
     result = strategy.start(grid, strategy.initial_arrays(), num_rounds=2)
     counts = result.arrays["topic-word-counts"].numpy()
@@ -73,7 +73,7 @@ def test_lost_replies_do_not_corrupt_the_global_counts(tmp_path):
 
     cfg = parse_run_config(config)
     data = load_run_data(cfg)
-    strategy = build_strategy(cfg, data.corpus.n_words)
+    strategy = build_strategy(cfg, data.corpus.vocabulary)
     result = strategy.start(grid, strategy.initial_arrays(), num_rounds=4)
     counts = result.arrays["topic-word-counts"].numpy()
     np.testing.assert_array_equal(counts.sum(axis=0), np.bincount(data.train.tokens, minlength=data.corpus.n_words))
@@ -140,3 +140,33 @@ def test_fedlda_run_learns_and_reports_privacy_every_round(tmp_path):
     for content in seen:  # nothing but the perturbed tuples and three counts leaves a node
         assert list(content.array_records) == ["update"] and list(content["update"].keys()) == ["tuples"]
         assert set(content["metrics"].keys()) == {"num-documents", "max-tuples-per-document", "train-seconds"}
+
+
+def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the word embeddings' cache
+    config = {**SMALL, "method": "pctd", "sigma": 0.1, "consistency": 0.3, "num-rounds": 15, "eval-every": 5,
+              "output-dir": str(tmp_path / "run")}
+    seen = []
+
+    def spy(msg, context):  # what the server receives from each node
+        reply = app(msg, context)
+        seen.append(reply.content)
+        return reply
+
+    app = make_client_app(config)
+    run_server(LoopbackGrid(spy, 3, config), config)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == list(range(1, 16))
+    for r in rows:
+        p = r["privacy"]
+        assert p["mechanism"] == "gaussian" and p["rounds"] == r["round"] and p["delta"] == 1e-5
+        assert r["replies_applied"] == 3
+    assert rows[-1]["privacy"]["epsilon"] > rows[0]["privacy"]["epsilon"] > 0
+    scored = [r for r in rows if "tss_normalized" in r]
+    assert scored[-1]["perplexity"] < scored[0]["perplexity"]
+    assert scored[-1]["tss_normalized"] > 0.6  # the planted topics are found
+    for content in seen:  # p(z|d) and counts stay on the node: only M_t and a timing leave it
+        assert list(content.array_records) == ["update"] and list(content["update"].keys()) == ["topic-word-statistic"]
+        assert set(content["metrics"].keys()) == {"train-seconds"}
+    saved = load_model(tmp_path / "run" / "model.npz")
+    assert saved.metadata["method"] == "pctd" and saved.metadata["privacy"]["rounds"] == 15

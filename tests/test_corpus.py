@@ -33,3 +33,24 @@ def test_subset_and_split_selection():
 def test_invalid_corpus_rejected(kwargs):
     with pytest.raises(ValueError):
         Corpus(vocabulary=("a", "b", "c"), **kwargs)
+
+
+def test_sentence_offsets_refine_documents_and_follow_a_subset():
+    corpus = Corpus(tokens=np.array([0, 1, 2, 0, 1, 2, 2]), doc_ptr=np.array([0, 4, 4, 7]), vocabulary=("a", "b", "c"),
+                    sentence_start=np.array([1, 0, 1, 0, 1, 1, 0], dtype=bool))
+    np.testing.assert_array_equal(corpus.sentence_ptr, [0, 2, 4, 5, 7])  # the empty document adds no sentence
+    sub = corpus.subset([2, 0])
+    np.testing.assert_array_equal(sub.tokens, [1, 2, 2, 0, 1, 2, 0])
+    np.testing.assert_array_equal(sub.sentence_start, [1, 1, 0, 1, 0, 1, 0])
+    np.testing.assert_array_equal(sub.sentence_ptr, [0, 1, 3, 5, 7])
+    assert Corpus.from_documents([[0, 1]], ("a", "b")).sentence_ptr is None
+
+
+@pytest.mark.parametrize("starts, match", [
+    ([1, 0], "one entry per token"),
+    ([1, 0, 0], "first token of every document"),
+])
+def test_invalid_sentence_starts_rejected(starts, match):
+    with pytest.raises(ValueError, match=match):
+        Corpus(tokens=np.array([0, 1, 0]), doc_ptr=np.array([0, 2, 3]), vocabulary=("a", "b"),
+               sentence_start=np.array(starts, dtype=bool))

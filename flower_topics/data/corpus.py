@@ -34,6 +34,10 @@ class Corpus:
     split : np.ndarray or None
         ``"train"``, ``"val"`` or ``"test"`` for each document, or None when the
         corpus came without a partition.
+    sentence_start : np.ndarray or None
+        ``bool`` per token, True where a sentence begins (always at a document's
+        first token), for raw-text corpora; None when the corpus has no sentences
+        (OCTIS and synthetic corpora).
     """
 
     tokens: np.ndarray
@@ -41,6 +45,7 @@ class Corpus:
     vocabulary: tuple[str, ...]
     labels: np.ndarray | None = None
     split: np.ndarray | None = None
+    sentence_start: np.ndarray | None = None
     _word_index: dict[str, int] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -64,6 +69,14 @@ class Corpus:
                 object.__setattr__(self, name, value)
         if self.split is not None and not set(self.split) <= set(SPLITS):
             raise ValueError(f"split entries must be one of {SPLITS}")
+        if self.sentence_start is not None:
+            starts = np.ascontiguousarray(self.sentence_start, dtype=bool)
+            if starts.shape != tokens.shape:
+                raise ValueError("sentence_start must have one entry per token")
+            firsts = doc_ptr[:-1][np.diff(doc_ptr) > 0]
+            if not starts[firsts].all():
+                raise ValueError("sentence_start must be True at the first token of every document")
+            object.__setattr__(self, "sentence_start", starts)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -98,6 +111,14 @@ class Corpus:
             object.__setattr__(self, "_word_index", {w: i for i, w in enumerate(self.vocabulary)})
         return self._word_index
 
+    @property
+    def sentence_ptr(self) -> np.ndarray | None:
+        """``int64`` offsets of the sentences into ``tokens`` (CSR, like ``doc_ptr``, which
+        they refine: every document boundary is a sentence boundary); None without sentences."""
+        if self.sentence_start is None:
+            return None
+        return np.union1d(np.flatnonzero(self.sentence_start), self.doc_ptr).astype(np.int64)
+
     def document(self, d: int) -> np.ndarray:
         """Token ids of document ``d``."""
         return self.tokens[self.doc_ptr[d] : self.doc_ptr[d + 1]]
@@ -128,6 +149,7 @@ class Corpus:
             token_pos = np.repeat(starts - doc_ptr[:-1], lengths) + np.arange(doc_ptr[-1])
             tokens = self.tokens[token_pos]
         else:
+            token_pos = np.zeros(0, dtype=np.int64)
             tokens = np.zeros(0, dtype=np.int32)
         return Corpus(
             tokens=tokens,
@@ -135,6 +157,7 @@ class Corpus:
             vocabulary=self.vocabulary,
             labels=None if self.labels is None else self.labels[idx],
             split=None if self.split is None else self.split[idx],
+            sentence_start=None if self.sentence_start is None else self.sentence_start[token_pos],
         )
 
     def select_split(self, *names: str) -> "Corpus":

@@ -23,6 +23,10 @@ logger = logging.getLogger("flower_topics")
 
 STOPWORD_LISTS: dict[str, frozenset[str]] = {"english": frozenset(ENGLISH_STOP_WORDS)}
 
+#: Where a sentence ends: after ``.``, ``!`` or ``?`` followed by white space, and at line breaks.
+#: Texts are split there before tokenizing (the corpus keeps the boundaries, ``Corpus.sentence_start``).
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\s*\n\s*")
+
 
 @dataclass(frozen=True)
 class PreprocessConfig:
@@ -134,6 +138,10 @@ def preprocess(
 ) -> tuple[Corpus, PreprocessReport]:
     """Tokenize raw texts and build a corpus over an alphabetically sorted vocabulary.
 
+    Each text is cut into sentences (:data:`SENTENCE_BREAK`) and the sentences are
+    tokenized; the corpus keeps where each sentence starts (a sentence whose first words
+    were dropped starts at its first kept word; one with no kept word vanishes).
+
     Document frequencies (and the ``min_df``/``max_df`` fractions) are counted over all
     input texts. Documents left with fewer than ``config.min_doc_length`` tokens are
     dropped (their count is logged), and the vocabulary keeps only words that still
@@ -175,7 +183,10 @@ def preprocess(
         )
 
     pattern = re.compile(config.token_pattern)
-    per_doc = [pattern.findall(t.lower() if config.lowercase else t) for t in texts]
+    sentences = [[pattern.findall(s) for s in SENTENCE_BREAK.split(t.lower() if config.lowercase else t)]
+                 for t in texts]
+    sentence_lengths = np.fromiter((len(s) for doc in sentences for s in doc), dtype=np.int64)
+    per_doc = [list(itertools.chain.from_iterable(doc)) for doc in sentences]
     lengths = np.fromiter(map(len, per_doc), dtype=np.int64, count=n_input)
     index: dict[str, int] = {}
     flat = itertools.chain.from_iterable(per_doc)
@@ -201,6 +212,9 @@ def preprocess(
         )
 
     kept_ids = ids[keep_token]
+    kept_sentence = np.repeat(np.arange(sentence_lengths.size), sentence_lengths)[keep_token]
+    sentence_start = np.ones(kept_sentence.size, dtype=bool)  # a sentence starts at its first kept token
+    sentence_start[1:] = kept_sentence[1:] != kept_sentence[:-1]
     used = np.flatnonzero(np.bincount(kept_ids, minlength=len(words)))
     order = sorted(used.tolist(), key=words.__getitem__)
     remap = np.full(len(words), -1, dtype=np.int64)
@@ -212,6 +226,7 @@ def preprocess(
         doc_ptr=doc_ptr,
         vocabulary=tuple(words[i] for i in order),
         labels=None if labels is None else np.asarray([str(x) for x in labels], dtype=object)[keep_doc],
+        sentence_start=sentence_start,
     )
     report = PreprocessReport(
         n_input_docs=n_input,

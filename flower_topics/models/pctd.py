@@ -182,6 +182,36 @@ def ngram_units(corpus: Corpus, n: int = 3, overlapping: bool = False) -> Semant
     return _units_from_pairs(unit_of, tokens, unit_doc, corpus.n_docs, corpus.n_words)
 
 
+def chunk_offsets(segment_ptr: np.ndarray, n: int) -> np.ndarray:
+    """Offsets that cut every segment into consecutive chunks of ``n`` tokens.
+
+    The paper's units: "we split each document into several sentences. Then, we consider
+    each three words in these sentences as a semantic unit." With sentence offsets as
+    ``segment_ptr`` the chunks never cross a sentence; with ``doc_ptr`` they are
+    :func:`ngram_units`' chunks. The last chunk of a segment may be shorter than ``n``.
+
+    Parameters
+    ----------
+    segment_ptr : np.ndarray
+        Non-decreasing offsets into the tokens, from 0 to ``n_tokens``.
+    n : int
+        Chunk length (>= 1).
+
+    Returns
+    -------
+    np.ndarray
+        ``int64`` unit offsets for :func:`boundary_units` (every segment offset included).
+    """
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    ptr = np.asarray(segment_ptr, dtype=np.int64)
+    lengths = np.diff(ptr)
+    per_segment = -(-lengths // n)  # ceil
+    first = np.repeat(np.cumsum(per_segment) - per_segment, per_segment)
+    starts = np.repeat(ptr[:-1], per_segment) + n * (np.arange(first.size, dtype=np.int64) - first)
+    return np.union1d(np.append(starts, ptr[-1]), ptr)
+
+
 def boundary_units(corpus: Corpus, unit_ptr: np.ndarray) -> SemanticUnits:
     """Semantic units given by token-level boundaries (sentences, paragraphs, ...).
 

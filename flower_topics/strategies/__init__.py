@@ -10,5 +10,6 @@ Each is a :class:`flwr.serverapp.strategy.Strategy` and can be plugged into any 
 from flower_topics.strategies.base import TopicStrategy
 from flower_topics.strategies.fedlda import FedLDA
 from flower_topics.strategies.lda import FederatedLDA
+from flower_topics.strategies.pctd import PCTD
 
-__all__ = ["FedLDA", "FederatedLDA", "TopicStrategy"]
+__all__ = ["FedLDA", "FederatedLDA", "PCTD", "TopicStrategy"]

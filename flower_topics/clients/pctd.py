@@ -1,0 +1,154 @@
+"""PC-TD's party side (Shi et al., IEEE Intelligent Systems 2020, Algorithm 1, lines 4-10).
+
+Each round a party receives the global ``p(w|z)`` and runs one private EM iteration on
+its own semantic units (:func:`flower_topics.models.pctd.local_em_step`):
+
+- eq. (4), line 6: ``N^_ijw = N_ijw + N(0, sigma^2)`` on every unit and every word of the
+  vocabulary, fresh each round (drawn exactly, in ``U K + K V`` normals);
+- eq. (5), line 7: the perturbed posteriors ``r^_ijk``, in log space;
+- eq. (7), line 8: the local ``p(z|d)``, kept in the party's state;
+- eq. (10), lines 9-10: the upload ``M_t(w, z_k) = sum_ij N^_ijw r^_ijk``.
+
+Only ``M_t`` (a ``K x V`` float32 array) leaves the party: no ``p(z|d)``, no unit counts, no
+document or unit sizes. ``p(z|d)`` starts random (line 2) from the party's seed.
+
+Semantic units (section "Model Assumptions") are ``unit="ngram"``: consecutive chunks
+of ``ngram`` words inside each sentence when the corpus keeps sentences (the paper's
+"each three words in these sentences"), inside each document otherwise (OCTIS corpora
+have no punctuation); or ``unit="sentence"``: whole sentences (raw-text corpora only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
+from flower_topics.models.pctd import SemanticUnits, boundary_units, chunk_offsets, local_em_step, random_doc_topic
+
+UNITS = ("ngram", "sentence")
+
+
+@dataclass(frozen=True)
+class PCTDSettings:
+    """What the server tells every party about a PC-TD round.
+
+    Parameters
+    ----------
+    n_topics : int
+        K.
+    sigma : float
+        Standard deviation of the Gaussian noise on every unit word count (eq. 4); 0
+        runs the noiseless EM.
+    unit : {"ngram", "sentence"}
+        Kind of semantic unit.
+    ngram : int
+        Words per n-gram unit (the paper: 3).
+    """
+
+    n_topics: int
+    sigma: float = 0.25
+    unit: str = "ngram"
+    ngram: int = 3
+
+    def __post_init__(self) -> None:
+        if self.n_topics < 1:
+            raise ValueError("n_topics must be >= 1")
+        if not self.sigma >= 0:
+            raise ValueError("sigma must be >= 0")
+        if self.unit not in UNITS:
+            raise ValueError(f"unit must be one of {UNITS}")
+        if self.ngram < 1:
+            raise ValueError("ngram must be >= 1")
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "PCTDSettings":
+        """Settings from a run config or a ConfigRecord (kebab-case keys)."""
+        return cls(
+            n_topics=int(record["num-topics"]),
+            sigma=float(record["sigma"]),
+            unit=str(record["unit"]),
+            ngram=int(record["ngram"]),
+        )
+
+    def to_record(self) -> dict[str, int | float | str]:
+        """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
+        return {"num-topics": self.n_topics, "sigma": self.sigma, "unit": self.unit, "ngram": self.ngram}
+
+
+def semantic_units(corpus: Corpus, settings: PCTDSettings) -> SemanticUnits:
+    """The party's semantic units and their word counts ``N_ijw``.
+
+    Raises
+    ------
+    UserInputError
+        For ``unit="sentence"`` on a corpus without sentence boundaries.
+    """
+    sentences = corpus.sentence_ptr
+    if settings.unit == "sentence":
+        if sentences is None:
+            raise UserInputError(
+                "unit='sentence' needs a raw-text corpus (.jsonl, .csv or .txt) with punctuation; this corpus has "
+                "no sentence boundaries (OCTIS corpora have none): use unit='ngram'"
+            )
+        return boundary_units(corpus, sentences)
+    segments = corpus.doc_ptr if sentences is None else sentences
+    return boundary_units(corpus, chunk_offsets(segments, settings.ngram))
+
+
+@dataclass
+class PCTDClientState:
+    """What a party keeps between rounds (never sent).
+
+    Parameters
+    ----------
+    doc_topic : np.ndarray or None
+        ``(D, K)`` local ``p(z|d)`` of eq. (7); None before the first round.
+    """
+
+    doc_topic: np.ndarray | None = None
+
+
+def train_round(
+    corpus: Corpus,
+    topic_word: np.ndarray,
+    state: PCTDClientState,
+    *,
+    server_round: int,
+    settings: PCTDSettings,
+    seed: int,
+) -> np.ndarray:
+    """One private local EM iteration (Algorithm 1, lines 4-10); returns the upload ``M_t``.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        The party's documents.
+    topic_word : np.ndarray
+        ``(K, V)`` global ``p(w|z)``, strictly positive.
+    state : PCTDClientState
+        The party's ``p(z|d)``; updated in place (eq. 7).
+    server_round : int
+        Current round (>= 1); with ``seed`` it seeds this round's noise.
+    settings : PCTDSettings
+        Round settings.
+    seed : int
+        The party's seed (``p(z|d)`` initialization and every round's noise).
+
+    Returns
+    -------
+    np.ndarray
+        ``(K, V)`` float32 ``M_t(w, z_k)`` of eq. (10) (noisy; may hold negative entries).
+    """
+    phi = np.asarray(topic_word, dtype=np.float64)
+    if phi.shape != (settings.n_topics, corpus.n_words):
+        raise ValueError(f"topic_word is {phi.shape}, expected ({settings.n_topics}, {corpus.n_words})")
+    if state.doc_topic is None or state.doc_topic.shape != (corpus.n_docs, settings.n_topics):
+        state.doc_topic = random_doc_topic(corpus.n_docs, settings.n_topics, np.random.default_rng([seed, 0]))
+    step = local_em_step(semantic_units(corpus, settings), phi, state.doc_topic, settings.sigma,
+                         np.random.default_rng([seed, server_round]))
+    state.doc_topic = step.doc_topic
+    return step.statistic.astype(np.float32)

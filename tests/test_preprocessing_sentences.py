@@ -1,0 +1,38 @@
+"""Raw text keeps its sentence boundaries through preprocessing (PC-TD's sentence units)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from flower_topics.data.preprocessing import PreprocessConfig, preprocess
+
+DEBIAN = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "debian_descriptions" / "corpus.jsonl"
+
+
+def test_sentences_end_at_punctuation_and_line_breaks():
+    corpus, _ = preprocess(["Alpha beta. Gamma delta!\nEpsilon zeta", "Eta? Theta"], PreprocessConfig(stopwords=None))
+    assert [corpus.vocabulary[t] for t in corpus.tokens] == [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    np.testing.assert_array_equal(corpus.sentence_ptr, [0, 2, 4, 6, 7, 8])
+
+
+def test_dropped_words_move_a_sentence_start_and_empty_sentences_vanish():
+    corpus, _ = preprocess(["The alpha beta. And. Of gamma", "beta"], PreprocessConfig(stopwords="english"))
+    assert [corpus.vocabulary[t] for t in corpus.tokens] == ["alpha", "beta", "gamma", "beta"]
+    np.testing.assert_array_equal(corpus.sentence_ptr, [0, 2, 3, 4])
+
+
+def test_debian_descriptions_tokens_are_unchanged_and_have_sentences():
+    texts = [json.loads(line)["text"] for line in itertools.islice(DEBIAN.open(encoding="utf-8"), 200)]
+    config = PreprocessConfig(stopwords=None)
+    corpus, _ = preprocess(texts, config)
+    pattern = re.compile(config.token_pattern)
+    whole = [w for t in texts for w in pattern.findall(t.lower())]  # tokenizing each text as a whole
+    assert [corpus.vocabulary[t] for t in corpus.tokens] == whole
+    n_sentences = corpus.sentence_ptr.size - 1
+    assert n_sentences > 2 * corpus.n_docs
