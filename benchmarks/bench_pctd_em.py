@@ -7,7 +7,8 @@ N(0, sigma^2) on all U x V unit counts (the exact fast draw of
 :func:`flower_topics.models.pctd.local_em_step`). Side by side: the noiseless step, the
 noisy step, the naive full U x V draw (timed on a prefix of the units that fits in
 memory, scaled linearly to all units), and the server's eq. (11) + eq. (13) with a sparse
-R of ``--neighbours`` entries per word. Peak memory: tracemalloc's peak of one noisy step
+R of ``--neighbours`` entries per word, and, as a well-known reference, one iteration of
+scikit-learn's batch variational EM for LDA on the same documents. Peak memory: tracemalloc's peak of one noisy step
 (numpy allocations) and the process's maximum resident set size. BLAS is limited to
 ``--threads`` threads (default 1: tall-skinny products gain little from more, and an
 oversubscribed machine makes multi-threaded OpenBLAS erratic).
@@ -22,6 +23,7 @@ import tracemalloc
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.decomposition import LatentDirichletAllocation
 from threadpoolctl import threadpool_limits
 
 from flower_topics.config import parse_run_config
@@ -86,6 +88,13 @@ def run(args: argparse.Namespace) -> None:
     r = sp.random(v, v, density=min(1.0, args.neighbours / v), random_state=1, format="csr")
     server = best_of(args.repeats, lambda: semantic_consistency(aggregate_topic_word(stats), r, 0.3))
 
+    # a well-known library side by side: scikit-learn's batch variational EM for LDA, one iteration
+    # (E-step over all documents + M-step) on the same documents' term counts, same K, one thread
+    dtm = corpus.doc_term_matrix().astype(np.float64)
+    sklearn_lda = LatentDirichletAllocation(n_components=k, learning_method="batch", max_iter=1, n_jobs=1,
+                                            random_state=0)
+    reference = best_of(args.repeats, lambda: sklearn_lda.fit(dtm))
+
     tracemalloc.start()
     local_em_step(units, phi, theta, args.sigma, rng)
     _, peak = tracemalloc.get_traced_memory()
@@ -97,6 +106,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"{'local EM, noise on all U x V counts (fast)':<44s}{noisy:14.3f}")
     print(f"{f'local EM, naive U x V draw (from {prefix} units)':<44s}{naive:14.3f}")
     print(f"{'server: eq. 11 (3 parties) + eq. 13':<44s}{server:14.3f}")
+    print(f"{'scikit-learn LDA, one batch variational EM':<44s}{reference:14.3f}")
     print(f"fast/naive speed-up {naive / noisy:.0f}x; peak traced memory of a noisy step "
           f"{peak / 2**20:.1f} MiB; process max RSS {maxrss:.0f} MiB")
 

@@ -170,3 +170,20 @@ def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, 
         assert set(content["metrics"].keys()) == {"train-seconds"}
     saved = load_model(tmp_path / "run" / "model.npz")
     assert saved.metadata["method"] == "pctd" and saved.metadata["privacy"]["rounds"] == 15
+
+
+def test_pctd_strategy_plugs_into_a_plain_strategy_start(tmp_path):
+    """A user's own ServerApp: PCTD built by hand, Flower's Strategy.start, our ClientApp."""
+    from flower_topics.clients.pctd import PCTDSettings
+    from flower_topics.config import parse_run_config
+    from flower_topics.strategies import PCTD
+
+    config = {**SMALL, "method": "pctd", "sigma": 0.0, "consistency": 0.0}
+    data = load_run_data(parse_run_config(config))
+    strategy = PCTD(vocab_size=data.corpus.n_words, settings=PCTDSettings(n_topics=6, sigma=0.0), beta=0.01, seed=3)
+    result = strategy.start(LoopbackGrid(make_client_app(config), 3, config), strategy.initial_arrays(), num_rounds=3)
+    phi = strategy.topic_word(result.arrays)
+    assert phi.shape == (6, data.corpus.n_words) and np.all(phi > 0)
+    np.testing.assert_allclose(phi.sum(axis=1), 1.0)
+    assert strategy.privacy_spent()["mechanism"] == "none"
+    assert [strategy.traffic[r].replies_applied for r in (1, 2, 3)] == [3, 3, 3]

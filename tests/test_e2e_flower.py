@@ -47,7 +47,10 @@ def _check_outputs(out: Path, rounds: int) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_deployment_engine_superlink_and_two_supernodes(tmp_path):
+@pytest.mark.parametrize("method", [{"method": "lda"}, {"method": "pctd", "sigma": 0.5, "consistency": 0.3}],
+                         ids=["lda", "pctd"])
+def test_deployment_engine_superlink_and_two_supernodes(tmp_path, monkeypatch, method):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # PC-TD's word embeddings, in the ServerApp
     home, out, logs = tmp_path / "flwr-home", tmp_path / "run", tmp_path / "logs"
     pids: list[int] = []
     with superlink(home, simulation=False, log_path=logs / "superlink.log") as port:
@@ -55,11 +58,16 @@ def test_deployment_engine_superlink_and_two_supernodes(tmp_path):
              supernode(home, port, "partition-id=1 num-partitions=2", log_path=logs / "node1.log") as pid1:
             pids += [pid0, pid1]
             write_connection(home, f"127.0.0.1:{port}")
-            config = " ".join(f"{k}={v}" for k, v in {**SMALL, "num-rounds": 3, "min-nodes": 2}.items())
+            settings = {**SMALL, **method, "num-rounds": 3, "min-nodes": 2}
+            config = " ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in settings.items())
             run_id = submit(ROOT, home, [config, f"output-dir='{out}'"])
             status = wait_for_run(ROOT, home, run_id, timeout=240)
             assert status == "finished:completed", (logs / "superlink.log").read_text()[-3000:]
     _check_outputs(out, 3)
+    if method["method"] == "pctd":
+        rows = read_metrics(out / "metrics.jsonl")
+        assert [r["privacy"]["rounds"] for r in rows] == [1, 2, 3] and rows[-1]["privacy"]["epsilon"] > 0
+        assert (tmp_path / "cache" / "flower-topics").is_dir()  # R was built from the embedding model
     for pid in pids:  # stopped by PID when the context managers closed
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
