@@ -9,7 +9,8 @@ assignments) lives in ``context.state`` between rounds and never leaves the node
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from dataclasses import fields
+from typing import Any, Mapping, TypeVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -18,15 +19,14 @@ from flwr.clientapp import ClientApp
 from flower_topics.clients import fedlda, pctd
 from flower_topics.clients.lda import LDAClientState, train_round
 from flower_topics.config import parse_run_config
+from flower_topics.data.corpus import Corpus
 from flower_topics.data.prepare import node_partition
 from flower_topics.errors import UserInputError
 from flower_topics.strategies import fedlda as fedlda_strategy
 from flower_topics.strategies import pctd as pctd_strategy
 from flower_topics.strategies.lda import ARRAYS, CONFIG, COUNTS_KEY, DELTA_KEY, METRICS, UPDATE
 
-
-_STATE = "lda-state"
-_STATE_META = "lda-state-meta"
+S = TypeVar("S")
 
 
 def node_identity(context: Context) -> tuple[int, int]:
@@ -40,46 +40,29 @@ def node_identity(context: Context) -> tuple[int, int]:
         ) from None
 
 
-def _load_state(context: Context) -> LDAClientState:
-    state = LDAClientState()
-    if _STATE in context.state.array_records:
-        arrays = context.state[_STATE]
-        state.applied_z = arrays["applied-z"].numpy() if "applied-z" in arrays else None
-        state.pending_z = arrays["pending-z"].numpy() if "pending-z" in arrays else None
-        state.pending_round = int(context.state[_STATE_META]["pending-round"])
+def node_corpus(context: Context, config: Mapping[str, Any]) -> tuple[int, Corpus]:
+    """This node's partition id and its training documents."""
+    partition_id, num_partitions = node_identity(context)
+    return partition_id, node_partition(config, partition_id, num_partitions)
+
+
+def load_state(context: Context, name: str, state: S) -> S:
+    """Fill the dataclass ``state`` from ``context.state[name]`` (arrays) and ``[name-meta]`` (integers)."""
+    if name in context.state.array_records:
+        arrays, meta = context.state[name], context.state[f"{name}-meta"]
+        for item in fields(state):
+            if item.name in arrays:
+                setattr(state, item.name, arrays[item.name].numpy())
+            elif item.name in meta:
+                setattr(state, item.name, int(meta[item.name]))
     return state
 
 
-def _save_state(context: Context, state: LDAClientState) -> None:
-    arrays = {}
-    if state.applied_z is not None:
-        arrays["applied-z"] = Array(state.applied_z)
-    if state.pending_z is not None:
-        arrays["pending-z"] = Array(state.pending_z)
-    context.state[_STATE] = ArrayRecord(arrays)
-    context.state[_STATE_META] = ConfigRecord({"pending-round": state.pending_round})
-
-
-_FEDLDA_STATE = "fedlda-state"
-_FEDLDA_META = "fedlda-state-meta"
-
-
-def _load_fedlda_state(context: Context) -> fedlda.FedLDAClientState:
-    state = fedlda.FedLDAClientState()
-    if _FEDLDA_STATE in context.state.array_records:
-        arrays = context.state[_FEDLDA_STATE]
-        for name in ("z", "view", "pending_view"):
-            if name in arrays:
-                setattr(state, name, arrays[name].numpy())
-        state.pending_round = int(context.state[_FEDLDA_META]["pending-round"])
-    return state
-
-
-def _save_fedlda_state(context: Context, state: fedlda.FedLDAClientState) -> None:
-    arrays = {name: Array(value) for name in ("z", "view", "pending_view")
-              if (value := getattr(state, name)) is not None}
-    context.state[_FEDLDA_STATE] = ArrayRecord(arrays)
-    context.state[_FEDLDA_META] = ConfigRecord({"pending-round": state.pending_round})
+def save_state(context: Context, name: str, state: Any) -> None:
+    """Keep the dataclass ``state`` in ``context.state``: its arrays (None left out) and its integers."""
+    values = {item.name: getattr(state, item.name) for item in fields(state)}
+    context.state[name] = ArrayRecord({k: Array(v) for k, v in values.items() if isinstance(v, np.ndarray)})
+    context.state[f"{name}-meta"] = ConfigRecord({k: v for k, v in values.items() if isinstance(v, int)})
 
 
 def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
@@ -110,10 +93,9 @@ def client_seed(config: Mapping[str, Any], partition_id: int) -> int:
 def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """One round of local LDA sampling; replies with the topic-word count change."""
     started = time.perf_counter()
-    partition_id, num_partitions = node_identity(context)
-    corpus = node_partition(config, partition_id, num_partitions)
+    partition_id, corpus = node_corpus(context, config)
     settings = msg.content[CONFIG]
-    state = _load_state(context)
+    state = load_state(context, "lda-state", LDAClientState())
     delta = train_round(
         corpus,
         msg.content[ARRAYS][COUNTS_KEY].numpy(),
@@ -126,7 +108,7 @@ def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Mess
         n_sweeps=int(settings["local-sweeps"]),
         seed=client_seed(config, partition_id),
     )
-    _save_state(context, state)
+    save_state(context, "lda-state", state)
     content = RecordDict({
         UPDATE: ArrayRecord({DELTA_KEY: Array(delta)}),
         METRICS: MetricRecord({
@@ -140,10 +122,9 @@ def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Mess
 def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """One round of FedLDA's local sampling (Algorithm 1); replies with perturbed tuples only."""
     started = time.perf_counter()
-    partition_id, num_partitions = node_identity(context)
-    corpus = node_partition(config, partition_id, num_partitions)
+    partition_id, corpus = node_corpus(context, config)
     settings = msg.content[CONFIG]
-    state = _load_fedlda_state(context)
+    state = load_state(context, "fedlda-state", fedlda.FedLDAClientState())
     update = fedlda.train_round(
         corpus,
         msg.content[ARRAYS][fedlda_strategy.PHI_KEY].numpy(),
@@ -153,7 +134,7 @@ def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> M
         settings=fedlda.FedLDASettings.from_record(settings),
         seed=client_seed(config, partition_id),
     )
-    _save_fedlda_state(context, state)
+    save_state(context, "fedlda-state", state)
     content = RecordDict({
         UPDATE: ArrayRecord({fedlda_strategy.TUPLES_KEY: Array(update.tuples)}),
         METRICS: MetricRecord({
@@ -165,18 +146,12 @@ def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> M
     return Message(content=content, reply_to=msg)
 
 
-_PCTD_STATE = "pctd-state"
-
-
 def train_pctd(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """One private EM iteration of PC-TD (Algorithm 1, lines 4-10); replies with ``M_t`` only."""
     started = time.perf_counter()
-    partition_id, num_partitions = node_identity(context)
-    corpus = node_partition(config, partition_id, num_partitions)
+    partition_id, corpus = node_corpus(context, config)
     settings = msg.content[CONFIG]
-    state = pctd.PCTDClientState()
-    if _PCTD_STATE in context.state.array_records:
-        state.doc_topic = context.state[_PCTD_STATE]["doc-topic"].numpy()
+    state = load_state(context, "pctd-state", pctd.PCTDClientState())
     statistic = pctd.train_round(
         corpus,
         msg.content[ARRAYS][pctd_strategy.PHI_KEY].numpy(),
@@ -185,7 +160,7 @@ def train_pctd(msg: Message, context: Context, config: Mapping[str, Any]) -> Mes
         settings=pctd.PCTDSettings.from_record(settings),
         seed=client_seed(config, partition_id),
     )
-    context.state[_PCTD_STATE] = ArrayRecord({"doc-topic": Array(state.doc_topic)})
+    save_state(context, "pctd-state", state)
     content = RecordDict({
         UPDATE: ArrayRecord({pctd_strategy.STATISTIC_KEY: Array(statistic)}),
         METRICS: MetricRecord({"train-seconds": time.perf_counter() - started}),
