@@ -27,6 +27,19 @@ SMALL = {
 }
 
 
+def spying(app):
+    """``(client, seen)``: ``client`` runs ``app`` and records in ``seen`` every reply's content,
+    what the server receives from a node."""
+    seen = []
+
+    def client(msg, context):
+        reply = app(msg, context)
+        seen.append(reply.content)
+        return reply
+
+    return client, seen
+
+
 def test_federated_run_writes_the_output_contract(tmp_path):
     config = {**SMALL, "output-dir": str(tmp_path / "run")}
     grid = LoopbackGrid(make_client_app(config), 3, config)
@@ -117,16 +130,8 @@ def test_raw_text_corpus_through_the_run_config(tmp_path):
 def test_fedlda_run_learns_and_reports_privacy_every_round(tmp_path):
     config = {**SMALL, "method": "fedlda", "mechanism": "rrp", "gamma": "inf", "num-rounds": 12, "eval-every": 4,
               "local-sweeps": 1, "output-dir": str(tmp_path / "run")}
-    seen = []
-
-    def spy(msg, context):  # what the server receives from each node
-        reply = app(msg, context)
-        seen.append(reply.content)
-        return reply
-
-    app = make_client_app(config)
-    grid = LoopbackGrid(spy, 3, config)
-    run_server(grid, config)
+    spy, seen = spying(make_client_app(config))
+    run_server(LoopbackGrid(spy, 3, config), config)
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["round"] for r in rows] == list(range(1, 13))
     for r in rows:
@@ -146,14 +151,7 @@ def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the word embeddings' cache
     config = {**SMALL, "method": "pctd", "sigma": 0.1, "consistency": 0.3, "num-rounds": 15, "eval-every": 5,
               "output-dir": str(tmp_path / "run")}
-    seen = []
-
-    def spy(msg, context):  # what the server receives from each node
-        reply = app(msg, context)
-        seen.append(reply.content)
-        return reply
-
-    app = make_client_app(config)
+    spy, seen = spying(make_client_app(config))
     run_server(LoopbackGrid(spy, 3, config), config)
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["round"] for r in rows] == list(range(1, 16))
