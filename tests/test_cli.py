@@ -69,6 +69,7 @@ def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
         (["--set", "bogus=1"], "unknown run-config key(s) bogus"),
         (["--set", "num-topics=3"], "duplicates a dedicated option"),
         (["--partition", "sizes", "--set", "partition-sizes=0.5,0.6"], "sum"),
+        (["--method", "pctd"], "method 'pctd' runs only with --mode federated"),
     ],
 )
 def test_simulate_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, fragment):

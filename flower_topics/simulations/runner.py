@@ -63,6 +63,11 @@ def simulate(
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
+    if mode != "federated" and config["method"] != "lda":
+        raise UserInputError(
+            f"--mode {mode} trains plain LDA without Flower; method '{config['method']}' runs only with "
+            "--mode federated (compare it with --method lda in the other modes)"
+        )
     data = load_run_data(config)
     partitions = all_partitions(config, num_clients)  # validates the partitioning before any work
     if mode == "federated":
