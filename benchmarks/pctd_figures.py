@@ -129,13 +129,13 @@ class Experiment:
 
 
 def line_plot(path: Path, series: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, title: str) -> None:
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
     for label, pts in series.items():
         ax.plot(*zip(*pts), marker="o", markersize=3, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
