@@ -120,6 +120,15 @@ def test_privacy_report_is_the_rdp_epsilon_of_the_rounds_sent():
     assert report["theorem1_epsilon"] == pytest.approx(theorem1_epsilon(2.0, 3, 1e-5))
 
 
+def test_rounds_are_those_of_the_party_asked_most_often():
+    strategy = _strategy(sigma=2.0)
+    for server_round, nodes in ((1, [5, 6]), (2, [5]), (3, [6]), (4, [6])):
+        _round(strategy, server_round, nodes, [np.ones((K, V))] * len(nodes))
+    report = strategy.privacy_spent()
+    assert strategy.releases == {5: 2, 6: 3} and report["rounds"] == 3
+    assert report["epsilon"] == pytest.approx(gaussian_epsilon(2.0, 3, 1e-5).epsilon)
+
+
 def test_the_papers_sigma_is_reported_as_a_very_large_epsilon():
     strategy = _strategy(sigma=0.25)
     for server_round in range(1, 36):

@@ -21,8 +21,8 @@ same for every party).
 
 Privacy. Each party's data enter only its own releases, one Gaussian mechanism per round
 it took part in (noise multiplier ``sigma``, sensitivity ``Delta N = 1``). The report
-gives epsilon at ``delta`` after the rounds so far by Renyi-DP accounting (Opacus), an
-upper bound for a party sampled in fewer rounds, next to the explicit form of the
+gives epsilon at ``delta`` by Renyi-DP accounting (Opacus) for the party asked to release
+in the most rounds so far, next to the explicit form of the
 paper's Theorem 1 and whether its premise holds.
 """
 
@@ -115,7 +115,7 @@ class PCTD(TopicStrategy):
         self.beta = beta
         self.tau = tau
         self.similarity = similarity if tau > 0 else None
-        self.rounds_released = 0
+        self.releases: dict[int, int] = {}
 
     def initial_arrays(self) -> ArrayRecord:
         """A random ``p(w|z)`` (flat Dirichlet rows) from the strategy's seed."""
@@ -139,9 +139,15 @@ class PCTD(TopicStrategy):
     ) -> Iterable[Message]:
         """Send ``p(w|z)`` and the settings to the sampled parties; count the release for privacy."""
         messages = list(super().configure_train(server_round, arrays, config, grid))
-        if messages:
-            self.rounds_released += 1
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            self.releases[node] = self.releases.get(node, 0) + 1
         return messages
+
+    @property
+    def rounds_released(self) -> int:
+        """The most rounds any one party was asked to release in (the worst party's T)."""
+        return max(self.releases.values(), default=0)
 
     def node_content(
         self, server_round: int, node_id: int, arrays: ArrayRecord, config: ConfigRecord
@@ -190,10 +196,11 @@ class PCTD(TopicStrategy):
 
     # ------------------------------------------------------------ privacy
     def privacy_spent(self) -> dict[str, Any]:
-        """epsilon at ``delta`` of a party after the rounds so far (RDP, Opacus), and Theorem 1's form.
+        """epsilon at ``delta`` of the party asked most often so far (RDP, Opacus), and Theorem 1's form.
 
-        A party that took part in every round sent so far is the worst case; the unit of
-        privacy is the paper's: one word of one document (sensitivity 1 on the unit counts).
+        ``rounds`` counts the training messages a party received, whether or not its reply
+        arrived (it released when it computed ``M_t``); the unit of privacy is the paper's:
+        one word of one document (sensitivity 1 on the unit counts).
         """
         sigma, rounds = self.settings.sigma, self.rounds_released
         if sigma == 0:
