@@ -54,3 +54,14 @@ def test_invalid_sentence_starts_rejected(starts, match):
     with pytest.raises(ValueError, match=match):
         Corpus(tokens=np.array([0, 1, 0]), doc_ptr=np.array([0, 2, 3]), vocabulary=("a", "b"),
                sentence_start=np.array(starts, dtype=bool))
+
+
+def test_sentence_starts_coerced_and_empty_documents_at_the_ends():
+    corpus = Corpus(tokens=[0, 1, 1], doc_ptr=[0, 0, 2, 3, 3], vocabulary=("a", "b"), sentence_start=[1, 1, 2])
+    assert corpus.sentence_start.dtype == bool and corpus.sentence_start.flags.c_contiguous
+    np.testing.assert_array_equal(corpus.sentence_ptr, [0, 1, 2, 3])
+    assert corpus.sentence_ptr.dtype == np.int64
+    empty = Corpus(tokens=np.zeros(0, dtype=np.int32), doc_ptr=[0, 0, 0], vocabulary=("a",),
+                   sentence_start=np.zeros(0, dtype=bool))
+    np.testing.assert_array_equal(empty.sentence_ptr, [0])
+    np.testing.assert_array_equal(empty.subset([]).sentence_ptr, [0])

@@ -36,3 +36,11 @@ def test_debian_descriptions_tokens_are_unchanged_and_have_sentences():
     assert [corpus.vocabulary[t] for t in corpus.tokens] == whole
     n_sentences = corpus.sentence_ptr.size - 1
     assert n_sentences > 2 * corpus.n_docs
+
+
+def test_a_vanished_first_sentence_and_a_dropped_document():
+    corpus, _ = preprocess(["The. Of alpha beta", "and the", "Gamma.\n\nDelta"], PreprocessConfig(stopwords="english"))
+    assert [corpus.vocabulary[t] for t in corpus.tokens] == ["alpha", "beta", "gamma", "delta"]
+    np.testing.assert_array_equal(corpus.doc_ptr, [0, 2, 4])
+    np.testing.assert_array_equal(corpus.sentence_start, [True, False, True, True])
+    np.testing.assert_array_equal(corpus.sentence_ptr, [0, 2, 3, 4])

@@ -42,6 +42,9 @@ class PreprocessConfig:
     token_pattern : str
         Regular expression whose matches are the tokens (at most one capturing group,
         which then is the token). The default keeps words of two or more letters.
+        It is matched within each sentence (:data:`SENTENCE_BREAK`), so a token never
+        spans a sentence break; a pattern that cannot match white space (such as the
+        default) finds the same tokens as on the whole text.
     min_df : float
         Drop words found in fewer documents: a whole number ``>= 1`` is a document
         count, a value in ``(0, 1)`` a fraction of the input documents.
