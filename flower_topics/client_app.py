@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import fields
-from typing import Any, Mapping, TypeVar
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -79,8 +80,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     @client.train()
     def train(msg: Message, context: Context) -> Message:
         config = parse_run_config(context.run_config if run_config is None else run_config)
-        step = {"fedlda": train_fedlda, "pctd": train_pctd}.get(str(config["method"]), train_lda)
-        return step(msg, context, config)
+        return local_round(msg, context, config)
 
     return client
 
@@ -90,15 +90,16 @@ def client_seed(config: Mapping[str, Any], partition_id: int) -> int:
     return int(np.random.SeedSequence([int(config["seed"]), partition_id]).generate_state(1)[0])
 
 
-def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """One round of local LDA sampling; replies with the topic-word count change."""
-    started = time.perf_counter()
-    partition_id, corpus = node_corpus(context, config)
-    settings = msg.content[CONFIG]
-    state = load_state(context, "lda-state", LDAClientState())
+Update = tuple[dict[str, np.ndarray], dict[str, int]]
+"""A local step's reply: arrays for the ``update`` record and integers for ``metrics``."""
+
+
+def train_lda(arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: LDAClientState,
+              seed: int) -> Update:
+    """One round of local LDA sampling; the update is the topic-word count change."""
     delta = train_round(
         corpus,
-        msg.content[ARRAYS][COUNTS_KEY].numpy(),
+        arrays[COUNTS_KEY].numpy(),
         state,
         server_round=int(settings["server-round"]),
         last_applied_round=int(settings["last-applied-round"]),
@@ -106,64 +107,60 @@ def train_lda(msg: Message, context: Context, config: Mapping[str, Any]) -> Mess
         alpha=float(settings["alpha"]),
         beta=float(settings["beta"]),
         n_sweeps=int(settings["local-sweeps"]),
-        seed=client_seed(config, partition_id),
+        seed=seed,
     )
-    save_state(context, "lda-state", state)
-    content = RecordDict({
-        UPDATE: ArrayRecord({DELTA_KEY: Array(delta)}),
-        METRICS: MetricRecord({
-            "num-tokens": corpus.n_tokens,
-            "train-seconds": time.perf_counter() - started,
-        }),
-    })
-    return Message(content=content, reply_to=msg)
+    return {DELTA_KEY: delta}, {"num-tokens": corpus.n_tokens}
 
 
-def train_fedlda(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """One round of FedLDA's local sampling (Algorithm 1); replies with perturbed tuples only."""
-    started = time.perf_counter()
-    partition_id, corpus = node_corpus(context, config)
-    settings = msg.content[CONFIG]
-    state = load_state(context, "fedlda-state", fedlda.FedLDAClientState())
+def train_fedlda(arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: fedlda.FedLDAClientState,
+                 seed: int) -> Update:
+    """One round of FedLDA's local sampling (Algorithm 1); the update is the perturbed tuples only."""
     update = fedlda.train_round(
         corpus,
-        msg.content[ARRAYS][fedlda_strategy.PHI_KEY].numpy(),
+        arrays[fedlda_strategy.PHI_KEY].numpy(),
         state,
         server_round=int(settings["server-round"]),
         last_applied_round=int(settings["last-applied-round"]),
         settings=fedlda.FedLDASettings.from_record(settings),
-        seed=client_seed(config, partition_id),
+        seed=seed,
     )
-    save_state(context, "fedlda-state", state)
-    content = RecordDict({
-        UPDATE: ArrayRecord({fedlda_strategy.TUPLES_KEY: Array(update.tuples)}),
-        METRICS: MetricRecord({
-            "num-documents": update.n_docs,
-            "max-tuples-per-document": update.max_tuples_per_doc,
-            "train-seconds": time.perf_counter() - started,
-        }),
-    })
-    return Message(content=content, reply_to=msg)
+    return ({fedlda_strategy.TUPLES_KEY: update.tuples},
+            {"num-documents": update.n_docs, "max-tuples-per-document": update.max_tuples_per_doc})
 
 
-def train_pctd(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """One private EM iteration of PC-TD (Algorithm 1, lines 4-10); replies with ``M_t`` only."""
-    started = time.perf_counter()
-    partition_id, corpus = node_corpus(context, config)
-    settings = msg.content[CONFIG]
-    state = load_state(context, "pctd-state", pctd.PCTDClientState())
+def train_pctd(arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: pctd.PCTDClientState,
+               seed: int) -> Update:
+    """One private EM iteration of PC-TD (Algorithm 1, lines 4-10); the update is ``M_t`` only."""
     statistic = pctd.train_round(
         corpus,
-        msg.content[ARRAYS][pctd_strategy.PHI_KEY].numpy(),
+        arrays[pctd_strategy.PHI_KEY].numpy(),
         state,
         server_round=int(settings["server-round"]),
         settings=pctd.PCTDSettings.from_record(settings),
-        seed=client_seed(config, partition_id),
+        seed=seed,
     )
-    save_state(context, "pctd-state", state)
+    return {pctd_strategy.STATISTIC_KEY: statistic}, {}
+
+
+#: Each method's local step, the name of its state in ``context.state`` and the state's class.
+LOCAL_STEPS: Mapping[str, tuple[Callable[..., Update], str, type]] = MappingProxyType({
+    "lda": (train_lda, "lda-state", LDAClientState),
+    "fedlda": (train_fedlda, "fedlda-state", fedlda.FedLDAClientState),
+    "pctd": (train_pctd, "pctd-state", pctd.PCTDClientState),
+})
+
+
+def local_round(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """Run the method's local step on this node's documents, keep its state, and reply with its update."""
+    started = time.perf_counter()
+    step, state_name, state_class = LOCAL_STEPS[str(config["method"])]
+    partition_id, corpus = node_corpus(context, config)
+    state = load_state(context, state_name, state_class())
+    arrays, metrics = step(msg.content[ARRAYS], msg.content[CONFIG], corpus, state, client_seed(config, partition_id))
+    save_state(context, state_name, state)
     content = RecordDict({
-        UPDATE: ArrayRecord({pctd_strategy.STATISTIC_KEY: Array(statistic)}),
-        METRICS: MetricRecord({"train-seconds": time.perf_counter() - started}),
+        UPDATE: ArrayRecord({key: Array(value) for key, value in arrays.items()}),
+        METRICS: MetricRecord({**metrics, "train-seconds": time.perf_counter() - started}),
     })
     return Message(content=content, reply_to=msg)
 
