@@ -95,3 +95,22 @@ def test_bad_phi_shape_is_refused():
     with pytest.raises(ValueError, match="phi has shape"):
         train_round(_corpus(), np.ones((K, V + 1)) / (V + 1), FedLDAClientState(), server_round=1,
                     last_applied_round=0, settings=FedLDASettings(n_topics=K, alpha=0.1), seed=0)
+
+
+@pytest.mark.parametrize("resend", [True, False])
+def test_a_change_whose_word_was_replaced_stays_pending_when_resend_replaced(resend):
+    """Round 1 enters every word; kRR at eps 0.5 replaces most words. With resend-replaced the
+    client's server view holds only the entries that reached the server with their true word, so
+    it is covered by the server's counts cell by cell; without it, the view also holds entries
+    the server got under another word."""
+    corpus = _corpus()
+    state = FedLDAClientState()
+    update = _run(corpus, state, 1, 0, mechanism="krr", epsilon=0.5, sample_ratio=1.0, resend_replaced=resend)
+    counts = np.zeros((K, V), dtype=np.int64)
+    apply_tuples(counts, Tuples.from_rows(update.tuples))
+    view = _counts(state.pending, corpus)
+    assert counts.sum() == update.tuples.shape[0] == corpus.n_tokens
+    if resend:
+        assert np.all(counts >= view) and 0 < view.sum() < corpus.n_tokens / 2
+    else:
+        assert view.sum() == corpus.n_tokens and np.any(view > counts)

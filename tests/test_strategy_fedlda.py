@@ -77,25 +77,46 @@ def test_malformed_replies_are_rejected_and_change_nothing(rows, why, caplog):
     assert strategy.aggregate_train(1, [reply_from(5, msg, _reply([[0, 0, 1]], dtype=np.float64))])[0] is None
 
 
-def test_privacy_report_composes_l_tuples_per_round_and_rounds():
+def test_privacy_report_composes_the_realized_delta_over_l_tuples_and_rounds():
+    """Counts [[9, 1, 0], [0, 1, 9]], beta 0.5: topic 0 deserts word 2 (0.5 / 11.5 <= 0.1), topic 1 word 0.
+
+    A document of topic 0 holding word 2 outputs it with probability c = 1 - eta + eta / 23 and no
+    other input can (q = 0): the realized per-tuple delta is c at any eps, whatever Theorem 1 says.
+    """
     strategy = _strategy(mechanism="rrp", epsilon=7.5, delta=0.1, gamma=1.0)
     for r in (1, 2, 3):
-        (msg,) = strategy.configure_train(r, _counts([[5, 5, 5], [5, 5, 5]]), ConfigRecord(), FixedNodesGrid([5]))
-        strategy.aggregate_train(r, [reply_from(5, msg, _reply([[0, 0, 1]] * 4, n_docs=2, max_l=4))])
+        (msg,) = strategy.configure_train(r, _counts([[9, 1, 0], [0, 1, 9]]), ConfigRecord(), FixedNodesGrid([5]))
+        strategy.aggregate_train(r, [reply_from(5, msg, _reply([[0, 0, 1]], n_docs=2, max_l=1))])
     report = strategy.privacy_report()
     assert report.unit == "document" and report.rounds == 3
     details = report.details
-    assert details["eta"] == pytest.approx(rrp_eta(7.5, 0.1, 1.0)) == pytest.approx(0.378, abs=1e-3)
-    assert details["tuples_per_document"] == 4
-    assert report.epsilon_round == pytest.approx(4 * 7.5) and report.delta_round == pytest.approx(4 * 0.2)
-    assert report.epsilon == pytest.approx(3 * 4 * 7.5) and report.delta == pytest.approx(3 * 4 * 0.2)
-    assert "zipf_exponent_mean" in details and report.guarantee.startswith("Theorem 1")
-    assert report.summary().startswith("eps 90, delta 2.4 per document after 3 round(s)")
+    eta = rrp_eta(7.5, 0.1, 1.0)
+    assert details["eta"] == pytest.approx(eta) == pytest.approx(0.378, abs=1e-3)
+    realized = 1 - eta + eta / 23
+    assert details["delta_per_tuple"] == pytest.approx(realized)
+    assert math.isinf(details["epsilon_per_tuple_at_claimed_delta"])
+    assert details["words_meeting_claim"] == pytest.approx(1 / 3)  # only word 1 is kept by both topics
+    assert details["tuples_per_document"] == 1
+    assert report.epsilon_round == pytest.approx(7.5) and report.delta_round == pytest.approx(realized)
+    assert report.epsilon == pytest.approx(3 * 7.5) and report.delta == 1.0  # 3 x 0.64, capped
+    # the paper's claim, composed the same way, beside it
+    assert details["claimed_delta_per_tuple"] == 0.2 and details["claimed_delta"] == pytest.approx(0.6)
+    assert details["claimed_epsilon"] == pytest.approx(22.5)
+    assert "zipf_exponent_mean" in details and "Theorem 1 claims" in report.guarantee
+    assert report.summary().startswith("eps 22.5, delta 1 per document after 3 round(s)")
     paper = _strategy(mechanism="rrp", epsilon=7.5, delta=0.1, gamma=math.inf).privacy_report()
     assert paper.details["eta"] == pytest.approx(1 / (0.01 * math.exp(7.5) + 1))  # 0.0524, the paper's
     assert paper.to_dict()["gamma"] == "inf"
+    for mechanism in ("krr", "hm", "tkrr-uniform-tail"):
+        pure = _strategy(mechanism=mechanism, epsilon=2.0)
+        pure.configure_train(1, _counts([[9, 1, 0], [0, 1, 9]]), ConfigRecord(), FixedNodesGrid([5]))
+        assert pure.privacy_report().details["delta_per_tuple"] == 0.0
     krr = _strategy(mechanism="krr", epsilon=2.0).privacy_report().details
-    assert krr["delta_per_tuple"] == 0.0 and krr["eta"] == pytest.approx((V - 1) / (math.exp(2.0) + V - 1))
+    assert krr["eta"] == pytest.approx((V - 1) / (math.exp(2.0) + V - 1))
+    # the paper's t-kRR sends the tail word (word 1 or 2 of the marginal) as it is: delta 1
+    tkrr = _strategy(mechanism="tkrr", epsilon=2.0, delta=0.3)
+    tkrr.configure_train(1, _counts([[9, 1, 0], [0, 1, 9]]), ConfigRecord(), FixedNodesGrid([5]))
+    assert tkrr.privacy_report().details["delta_per_tuple"] == 1.0
     none = _strategy(mechanism="none").privacy_report()
     assert none.epsilon is None and none.unit == "none"
 

@@ -169,3 +169,28 @@ def test_more_real_tuples_than_m_keeps_a_subset_and_validation():
 def test_clamped_topic_word():
     phi = clamped_topic_word(np.array([[-2, 3], [0, 0]]), beta=1.0)
     np.testing.assert_allclose(phi, [[1 / 5, 4 / 5], [0.5, 0.5]])
+
+
+def test_a_tuple_leaving_a_topic_that_holds_no_such_word_is_skipped_whole():
+    """Hand-computed: n[0, 1] = 1, so of three tuples leaving (0, 1) one is applied; (1, 2) holds none."""
+    counts = np.array([[0, 1, 0], [0, 0, 0]], dtype=np.int64)
+    tuples = Tuples(np.array([1, 1, 1, 2, 0]), np.array([0, 0, 0, 1, 2]), np.array([1, 1, 1, 0, 0]))
+    skipped = apply_tuples(counts, tuples)
+    assert skipped == 3
+    # one (1: 0 -> 1) applied, the entry (0: K -> 0) applied, (2: 1 -> 0) and two (1: 0 -> 1) skipped
+    np.testing.assert_array_equal(counts, [[1, 0, 0], [0, 1, 0]])
+    assert counts.min() >= 0
+
+
+def test_skipping_keeps_counts_non_negative_under_random_tuples():
+    rng = np.random.default_rng(9)
+    counts = rng.integers(0, 3, size=(4, 20))
+    total = counts.sum()
+    k_old = rng.integers(0, 5, size=5000)  # 4 = K enters a word
+    tuples = Tuples(rng.integers(0, 20, size=5000), k_old, rng.integers(0, 4, size=5000))
+    skipped = apply_tuples(counts, tuples)
+    assert counts.min() >= 0
+    # every applied entry adds one, every applied move keeps the total
+    entries = int((k_old == 4).sum())
+    assert counts.sum() == total + entries
+    assert 0 < skipped < 5000

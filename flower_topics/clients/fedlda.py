@@ -23,9 +23,12 @@ tuples and three integers (documents, tuples, largest l) that the accounting nee
 What the server knows. A document's tuples describe changes relative to the topic
 the server currently counts each of its words under, its *server view*: a word
 whose change was not among the l sampled tuples stays pending and is sent in a
-later round, instead of being lost. The server's counts then always equal the
-counts of the clients' server views (up to the randomizer's replaced words), and
-sampling does not make them drift. Only the server view is rolled back when a
+later round, instead of being lost. A change whose word the randomizer replaced is
+kept pending too (``resend-replaced``, default): the server received a change of
+another word, skips it when that word's topic holds none (see
+:func:`~flower_topics.models.update_tuples.apply_tuples`), and gets the true change,
+perturbed afresh, later. The server's counts then follow the clients' server views
+up to the replaced words still in them, and sampling does not make them drift. Only the server view is rolled back when a
 reply was not applied (the server tells each client the round of its last applied
 reply); the topic assignments themselves never need to be.
 """
@@ -42,7 +45,7 @@ from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.fixed_phi import FixedPhiSampler
 from flower_topics.models.update_tuples import changed_tuples, pad_and_sample, sample_sizes
-from flower_topics.privacy import KRR, RRP, TruncatedKRR
+from flower_topics.privacy import RRP, word_randomizer
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.fedlda import FedLDASettings
 
@@ -71,16 +74,16 @@ def perturb_words(settings: FedLDASettings, words: np.ndarray, docs: np.ndarray,
                   phi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """The configured randomizer applied to the words of the sampled tuples.
 
-    t-kRR truncates the vocabulary by the word marginal of phi averaged over topics
-    (public: every client and the server hold phi).
+    RRP draws replacements from the document's theta and phi; the baselines rank words
+    by phi's word marginal (public: every client and the server hold phi).
     """
-    if settings.mechanism == "rrp":
-        return RRP(settings.epsilon, settings.delta, settings.gamma).perturb(words, docs, theta, phi, rng)
-    if settings.mechanism == "krr":
-        return KRR(settings.epsilon, phi.shape[1]).perturb(words, rng)
-    if settings.mechanism == "tkrr":
-        return TruncatedKRR(settings.epsilon, settings.delta, phi.mean(axis=0)).perturb(words, rng)
-    return np.asarray(words, dtype=np.int64)
+    randomizer = word_randomizer(settings.mechanism, epsilon=settings.epsilon, delta=settings.delta,
+                                 gamma=settings.gamma, phi=phi)
+    if randomizer is None:
+        return np.asarray(words, dtype=np.int64)
+    if isinstance(randomizer, RRP):
+        return randomizer.perturb(words, docs, theta, phi, rng)
+    return randomizer.perturb(words, rng)
 
 
 @dataclass
@@ -158,12 +161,15 @@ def train_round(
     pad, size = sample_sizes(np.diff(corpus.doc_ptr), settings.pad_length, settings.sample_ratio)
     docs, sampled, source = pad_and_sample(doc_of, real, pad_lengths=pad, sample_sizes=size, theta=theta,
                                            phi=phi, rng=rng, dummies=settings.dummies)
-    sent = positions[source[source >= 0]]
+    words = perturb_words(settings, sampled.words, docs, theta, phi, rng)
+    delivered = source >= 0
+    if settings.resend_replaced:
+        delivered &= words == sampled.words
+    sent = positions[source[delivered]]
     state.pending = view.copy()
     state.pending[sent] = sampler.z[sent]
     state.pending_round = server_round
 
-    words = perturb_words(settings, sampled.words, docs, theta, phi, rng)
     wire = np.uint16 if max(corpus.n_words, settings.n_topics + 1) <= np.iinfo(np.uint16).max else np.int32
     rows = np.stack([words, sampled.k_old, sampled.k_new], axis=1).astype(wire)
     rows = rows[rng.permutation(rows.shape[0])]

@@ -26,10 +26,9 @@ the document, so their words look like the document's. Two kinds:
   corpus, held-out perplexity 40.8 after 60 rounds and rising, against 23.3 with
   no-op dummies and 20.0 when every change is sent; see the README).
 
-The server's counts hold the sampled changes only (a fraction ``l / M`` of them in
-expectation), so they may go negative where a word's entry was not sampled but a
-later move was; phi is computed from the counts clamped at zero
-(:func:`clamped_topic_word`).
+The server applies a tuple only when the topic it leaves holds the word
+(:func:`apply_tuples`), so its counts never go negative; phi is the normalization of
+Section 4 (:func:`clamped_topic_word`, which also clamps counts built without that rule).
 """
 
 from __future__ import annotations
@@ -200,17 +199,36 @@ def pad_and_sample(
     return doc[by_doc], tuples, source[by_doc]
 
 
-def apply_tuples(counts: np.ndarray, tuples: Tuples) -> None:
+def apply_tuples(counts: np.ndarray, tuples: Tuples) -> int:
     """Algorithm 2 on received tuples: ``n[k_old, w] -= 1`` and ``n[k_new, w] += 1`` (in place).
 
     ``k_old == K`` (unassigned) adds a word that enters the counts; tuples with
-    ``k_old == k_new`` leave them unchanged.
+    ``k_old == k_new`` leave them unchanged. A tuple that would take a word out of a
+    topic that holds none of it (more tuples leaving ``(k_old, w)`` than the count
+    ``n[k_old, w]`` before the batch) is skipped whole: its word was replaced by the
+    randomizer (or its entry was not sampled yet), and applying it would add a spurious
+    +1 to ``(k_new, w)`` while the -1 is lost to the clamp. Which of a cell's leaving
+    tuples are kept does not matter (the batch is a shuffled multiset). This only
+    post-processes released tuples, so it costs no privacy.
+
+    Returns
+    -------
+    int
+        The number of tuples skipped.
     """
-    n_topics = counts.shape[0]
+    n_topics, n_words = counts.shape
     moved = tuples.k_old != tuples.k_new
+    leaving = np.flatnonzero(moved & (tuples.k_old < n_topics))
+    cell = tuples.k_old[leaving].astype(np.int64) * n_words + tuples.words[leaving]
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    rank = np.arange(sorted_cell.size) - np.searchsorted(sorted_cell, sorted_cell)
+    skipped = leaving[order[rank >= np.maximum(counts.ravel()[sorted_cell], 0)]]
+    moved[skipped] = False
     leaving = moved & (tuples.k_old < n_topics)
     np.subtract.at(counts, (tuples.k_old[leaving], tuples.words[leaving]), 1)
     np.add.at(counts, (tuples.k_new[moved], tuples.words[moved]), 1)
+    return int(skipped.size)
 
 
 def clamped_topic_word(counts: np.ndarray, beta: float) -> np.ndarray:

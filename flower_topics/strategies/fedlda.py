@@ -12,16 +12,18 @@ server; in a federation only the clients know their words. The counts start at z
 (phi uniform) and a document's first round enters its words as tuples
 ``(w, K, k)`` ("unassigned" to topic k), padded, sampled and perturbed like every
 tuple. Dummy tuples are applied like real ones (see
-:mod:`flower_topics.models.update_tuples` for the two kinds); counts that go
-negative are clamped at zero in phi.
+:mod:`flower_topics.models.update_tuples` for the two kinds); a tuple that takes a
+word out of a topic that holds none of it is skipped
+(:func:`~flower_topics.models.update_tuples.apply_tuples`), so counts stay >= 0.
 
 A missing party's contribution: its pending changes are not applied; it learns from
 ``last-applied-round`` that its reply was not applied, rolls its server view back and
 sends the changes again (perturbed afresh), so no change is lost or counted twice.
 
 Privacy accounting is basic composition over the l tuples of a document per round
-and over rounds (Section 5); the report includes the eta actually used and the fit
-of phi to Zipf's law, the assumption of Theorem 1.
+and over rounds (Section 5) of the guarantee each tuple really has on the round's phi
+(:mod:`flower_topics.privacy.realized_ldp`), with the paper's claim beside it
+(:meth:`FedLDA.privacy_report`).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
-from flower_topics.privacy import KRR, RRP, TruncatedKRR, compose, zipf_fit
+from flower_topics.privacy import compose, word_randomizer, zipf_fit
+from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
 from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.word_randomizers import WordRandomizer
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.protocol import ReplySpec
@@ -44,15 +48,21 @@ from flower_topics.wire.protocol import ReplySpec
 ZIPF_TOP_RANKS = 200
 
 
+def round_randomizer(settings: wire.FedLDASettings, phi: np.ndarray) -> WordRandomizer | None:
+    """The randomizer the parties apply in a round on ``phi`` (None without a mechanism)."""
+    return word_randomizer(settings.mechanism, epsilon=settings.epsilon, delta=settings.delta,
+                           gamma=settings.gamma, phi=phi)
+
+
 def replacement_probability(settings: wire.FedLDASettings, phi: np.ndarray) -> float:
-    """eta: the probability that the mechanism replaces a tuple's word (t-kRR truncates by phi's word marginal)."""
-    if settings.mechanism == "rrp":
-        return RRP(settings.epsilon, settings.delta, settings.gamma).eta
-    if settings.mechanism == "krr":
-        return KRR(settings.epsilon, phi.shape[1]).eta
-    if settings.mechanism == "tkrr":
-        return TruncatedKRR(settings.epsilon, settings.delta, phi.mean(axis=0)).eta
-    return 0.0
+    """eta: the probability that the mechanism replaces a tuple's word (0 without one; see each randomizer)."""
+    randomizer = round_randomizer(settings, phi)
+    return 0.0 if randomizer is None else float(randomizer.eta)
+
+
+def claimed_delta(settings: wire.FedLDASettings) -> float:
+    """The per-tuple delta the paper states: 2 delta for RRP (Theorem 1), delta for t-kRR, 0 for the others."""
+    return {"rrp": 2.0 * settings.delta, "tkrr": settings.delta}.get(settings.mechanism, 0.0)
 
 
 class FedLDA(TopicStrategy):
@@ -82,6 +92,8 @@ class FedLDA(TopicStrategy):
         self.fedlda = settings
         self.beta = beta
         self.releases: dict[int, int] = {}
+        self.realized_deltas: dict[int, float] = {}
+        self.last_realized: RealizedLDP | None = None
         self.max_tuples_per_doc = 0
         self.last_phi: np.ndarray | None = None
 
@@ -113,10 +125,15 @@ class FedLDA(TopicStrategy):
                         ) -> Iterable[Message]:
         """Compute phi of the round's counts, then message the sampled nodes."""
         self.last_phi = clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.beta)
+        randomizer = round_randomizer(self.fedlda, self.last_phi)
+        if randomizer is not None:
+            self.last_realized = realized_ldp(randomizer, self.last_phi, claimed_delta(self.fedlda))
         messages = list(super().configure_train(server_round, arrays, config, grid))
         for msg in messages:  # a party releases when it computes its tuples, whether or not its reply arrives
             node = msg.metadata.dst_node_id
             self.releases[node] = self.releases.get(node, 0) + 1
+            if self.last_realized is not None:
+                self.realized_deltas[node] = self.realized_deltas.get(node, 0.0) + self.last_realized.delta
         return messages
 
     @property
@@ -151,39 +168,56 @@ class FedLDA(TopicStrategy):
         return replacement_probability(self.fedlda, phi)
 
     def privacy_report(self) -> PrivacyReport:
-        """Per tuple, per document and round, and in total by basic composition.
+        """The realized guarantee per document, and the paper's claim beside it.
 
-        A document is the unit of privacy (the paper's user); the totals count every
-        round its party was asked to release in, whether or not the reply then arrived or
-        was applied (the party released when it computed its tuples). RRP's
-        guarantee is Theorem 1's ``(eps, 2 delta)`` per tuple, which assumes
-        Zipf-distributed topic-word proportions; the Zipf fit of the current phi
-        (top ranks) is reported alongside.
+        A document is the unit of privacy (the paper's user); each round it sends l tuples
+        whose word is perturbed (their topics are not). Per tuple, the realized delta at
+        the configured eps is computed every round from the mechanism's exact output
+        distribution on that round's phi, as the worst case over input word pairs and over
+        every possible document (:func:`~flower_topics.privacy.realized_ldp.realized_ldp`);
+        it is composed by basic composition over the l tuples and over every round the
+        party was asked to release in (whether or not its reply then arrived), capped at 1.
+        The paper's statement (Theorem 1's ``(eps, 2 delta)`` per tuple for RRP, assuming
+        Zipf-distributed topic-word proportions; ``delta`` for t-kRR) composed the same way
+        is reported in ``details`` as ``claimed_*``, with the fit of phi to Zipf's law.
         """
         s = self.fedlda
         if s.mechanism == "none":
             return PrivacyReport.no_mechanism(rounds=self.rounds_accounted)
-        tuple_delta = 2.0 * s.delta if s.mechanism == "rrp" else 0.0
-        per_round = compose(s.epsilon, tuple_delta, self.max_tuples_per_doc)
-        total = compose(per_round.epsilon, per_round.delta, self.rounds_accounted)
+        l, rounds = self.max_tuples_per_doc, self.rounds_accounted
+        realized = self.last_realized
+        tuple_delta = realized.delta if realized is not None else 0.0
+        delta_total = min(1.0, l * max(self.realized_deltas.values(), default=0.0))
+        claimed_round = compose(s.epsilon, claimed_delta(s), l)
+        claimed_total = compose(claimed_round.epsilon, claimed_round.delta, rounds)
         details: dict[str, Any] = {
             "epsilon_per_tuple": s.epsilon,
             "delta_per_tuple": tuple_delta,
+            "epsilon_per_tuple_at_claimed_delta": realized.epsilon_at_target if realized is not None else s.epsilon,
+            "words_meeting_claim": realized.covered_words if realized is not None else 1.0,
+            "claimed_delta_per_tuple": claimed_delta(s),
+            "claimed_epsilon": claimed_total.epsilon,
+            "claimed_delta": min(1.0, claimed_total.delta),
             "eta": self.eta,
-            "tuples_per_document": self.max_tuples_per_doc,
+            "tuples_per_document": l,
+            "released": "each tuple's k_old and k_new unperturbed; see the README's list of what leaves a party",
         }
         if s.mechanism == "rrp":
             details["gamma"] = s.gamma
-            guarantee = (f"Theorem 1: (eps, 2 delta)-LDP per tuple, assuming Zipf topic-word proportions "
-                         f"(gamma {s.gamma})" if not math.isinf(s.gamma) else
-                         "none proven: gamma=inf is the paper's experimental eta, the limit of Theorem 1")
-            if self.last_phi is not None and self.rounds_accounted:
+            claim = (f"Theorem 1 claims (eps, 2 delta) per tuple assuming Zipf topic-word proportions "
+                     f"(gamma {s.gamma})" if not math.isinf(s.gamma) else
+                     "gamma=inf is the paper's experimental eta, the limit of Theorem 1 (no claim proven)")
+            if self.last_phi is not None and rounds:
                 fit = zipf_fit(self.last_phi, top=ZIPF_TOP_RANKS)
                 details["zipf_exponent_mean"] = float(fit.exponent.mean())
                 details["zipf_r2_min"] = float(fit.r2.min())
+        elif s.mechanism == "tkrr":
+            claim = "the paper's t-kRR: eps-LDP for words of the truncated vocabulary, tail words sent as they are"
         else:
-            guarantee = f"{s.mechanism}: eps-LDP per tuple"
-        return PrivacyReport(mechanism=s.mechanism, unit="document", accountant=total.accountant,
-                             rounds=self.rounds_accounted, epsilon_round=per_round.epsilon,
-                             delta_round=per_round.delta, epsilon=total.epsilon, delta=total.delta,
-                             guarantee=guarantee, details=details)
+            claim = f"{s.mechanism}: eps-LDP per tuple"
+        guarantee = (f"realized per tuple (exact output distribution on the round's phi, worst case over word "
+                     f"pairs and documents): (eps {s.epsilon:g}, delta {tuple_delta:.3g}); {claim}")
+        return PrivacyReport(mechanism=s.mechanism, unit="document", accountant="basic composition",
+                             rounds=rounds, epsilon_round=l * s.epsilon, delta_round=min(1.0, l * tuple_delta),
+                             epsilon=rounds * l * s.epsilon, delta=delta_total, guarantee=guarantee,
+                             details=details)

@@ -15,14 +15,13 @@ from typing import Any, Mapping
 from flower_topics.models.fixed_phi import SAMPLERS
 from flower_topics.models.update_tuples import DUMMY_KINDS
 from flower_topics.options import Option, at_least, in_range, one_of, positive
+from flower_topics.privacy.word_randomizers import MECHANISMS
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "fedlda"
 COUNTS_KEY = "topic-word-counts"
 PHI_KEY = "topic-word"
 TUPLES_KEY = "tuples"
-#: Word randomizers: RRP (Algorithm 3), kRR, truncated kRR, or none.
-MECHANISMS = ("rrp", "krr", "tkrr", "none")
 #: Most tuples one reply may carry (a larger reply is rejected as oversized).
 MAX_TUPLES = 1 << 24
 
@@ -31,9 +30,11 @@ OPTIONS: Mapping[str, Option] = {
     "sampler": Option("gibbs", "local sampler: gibbs (O(K) per token) or mh (alias Metropolis-Hastings, O(1))",
                       one_of(*SAMPLERS)),
     "local-sweeps": Option(1, "sampling sweeps over its tokens a party runs per round", at_least(1)),
-    "mechanism": Option("rrp", "word randomizer: rrp, krr, tkrr or none", one_of(*MECHANISMS)),
+    "mechanism": Option("rrp", "word randomizer: rrp (Algorithm 3), krr, tkrr (the paper's t-kRR: tail words "
+                        "unperturbed), tkrr-uniform-tail (pure eps), hm (Wang et al. 2019) or none",
+                        one_of(*MECHANISMS)),
     "epsilon": Option(7.5, "privacy budget of one tuple", positive),
-    "delta": Option(0.1, "mass of each topic's deserted set (RRP is (eps, 2 delta)-LDP per tuple by Theorem 1); "
+    "delta": Option(0.1, "mass of each topic's deserted set (RRP; Theorem 1 claims (eps, 2 delta) per tuple); "
                     "t-kRR's truncated mass", in_range(0, 1, low_open=True, high_open=True)),
     "gamma": Option(1.0, "the Zipf constant of Theorem 1 (>= 1; inf gives the paper's experimental eta)",
                     at_least(1)),
@@ -43,6 +44,8 @@ OPTIONS: Mapping[str, Option] = {
                            "zero-mean noise)", one_of(*DUMMY_KINDS)),
     "pad-length": Option(0, "public padding length M (0 = each document's own length, which l reveals)",
                          at_least(0)),
+    "resend-replaced": Option(True, "a change whose word the randomizer replaced stays pending and is sent again "
+                              "(false: counted as sent, as in the paper)"),
 }
 
 
@@ -60,7 +63,7 @@ class FedLDASettings:
         Local sampler.
     n_sweeps : int
         Sampling passes over the party's tokens per round.
-    mechanism : {"rrp", "krr", "tkrr", "none"}
+    mechanism : {"rrp", "krr", "tkrr", "tkrr-uniform-tail", "hm", "none"}
         Word randomizer.
     epsilon : float
         Budget of one tuple.
@@ -74,6 +77,9 @@ class FedLDASettings:
         Public M, or 0 for each document's own length.
     dummies : {"noop", "noise"}
         Kind of dummy tuples (:func:`~flower_topics.models.update_tuples.model_dummies`).
+    resend_replaced : bool
+        Keep a change whose word the randomizer replaced pending (sent again, perturbed
+        afresh, in a later round) instead of counting it as sent.
     """
 
     n_topics: int
@@ -87,6 +93,7 @@ class FedLDASettings:
     sample_ratio: float = 0.7
     pad_length: int = 0
     dummies: str = "noop"
+    resend_replaced: bool = True
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -113,6 +120,7 @@ class FedLDASettings:
             sample_ratio=float(record["fedlda.sample-ratio"]),
             pad_length=int(record["fedlda.pad-length"]),
             dummies=str(record["fedlda.dummy-tuples"]),
+            resend_replaced=bool(record["fedlda.resend-replaced"]),
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -123,7 +131,7 @@ class FedLDASettings:
             "fedlda.epsilon": self.epsilon, "fedlda.delta": self.delta,
             "fedlda.gamma": self.gamma,
             "fedlda.sample-ratio": self.sample_ratio, "fedlda.pad-length": self.pad_length,
-            "fedlda.dummy-tuples": self.dummies,
+            "fedlda.dummy-tuples": self.dummies, "fedlda.resend-replaced": self.resend_replaced,
         }
 
 
