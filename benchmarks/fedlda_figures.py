@@ -11,9 +11,15 @@ phi from the clamped counts), without Flower's messaging. Perplexity is the
 package's held-out document-completion perplexity on the test split.
 
 Writes, in ``--out``: ``convergence.csv/png`` (Fig. 5a-d: GS and MH, each with no
-privacy, RRP, kRR and t-kRR), ``epsilon.csv/png``, ``topics.csv/png``,
-``delta.csv/png``, ``ratio.csv/png`` (Fig. 5e-l) and ``downstream.csv/md`` (Table 2:
-logistic regression on theta). Runs already in ``runs.jsonl`` are reused.
+privacy, RRP, kRR, the paper's t-kRR, t-kRR with a uniform tail and HM),
+``epsilon.csv/png``, ``topics.csv/png``, ``delta.csv/png``, ``ratio.csv/png`` (Fig.
+5e-l), ``downstream.csv/md`` (Table 2: logistic regression on theta), and the privacy
+each run really had: ``realized.csv/png`` (RRP's realized per-tuple delta at the eps
+used, round by round, on the phi of that round: the worst case over word pairs and
+every document, what the privacy report states, and the median over the training
+documents of each one's worst pair, on the theta the clients hold) and ``summary.md``
+(perplexity beside the realized and the claimed per-tuple guarantee). Runs already in
+``runs.jsonl`` are reused.
 """
 
 from __future__ import annotations
@@ -41,27 +47,47 @@ from flower_topics.metrics.inference import infer_theta  # noqa: E402
 from flower_topics.model_file import TopicModel  # noqa: E402
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word  # noqa: E402
 from flower_topics.scoring import score  # noqa: E402
-from flower_topics.strategies.fedlda import replacement_probability  # noqa: E402
+from flower_topics.privacy.realized_ldp import realized_ldp, rrp_pair_deltas  # noqa: E402
+from flower_topics.strategies.fedlda import claimed_delta, replacement_probability, round_randomizer  # noqa: E402
 from flower_topics.wire.fedlda import FedLDASettings  # noqa: E402
 
-MECHANISMS = ("none", "rrp", "krr", "tkrr")
+MECHANISMS = ("none", "rrp", "krr", "tkrr", "tkrr-uniform-tail", "hm")
+
+
+def realized(settings: FedLDASettings, phi: np.ndarray, state: FedLDAClientState, corpus) -> dict[str, float]:
+    """The round's realized per-tuple privacy: over every document (reported) and per training document."""
+    randomizer = round_randomizer(settings, phi)
+    if randomizer is None:
+        return {}
+    figure = realized_ldp(randomizer, phi, claimed_delta(settings))
+    row = {"realized_delta": figure.delta, "realized_epsilon_at_claim": figure.epsilon_at_target,
+           "words_meeting_claim": figure.covered_words}
+    if settings.mechanism == "rrp" and state.z is not None:
+        n_dk = np.zeros((corpus.n_docs, settings.n_topics))
+        np.add.at(n_dk, (corpus.doc_ids, state.z), 1)
+        theta = (n_dk + settings.alpha) / (n_dk + settings.alpha).sum(axis=1, keepdims=True)
+        per_doc = rrp_pair_deltas(phi, randomizer.eta, settings.delta, settings.epsilon, theta).max(axis=1)
+        row["document_delta_median"] = float(np.median(per_doc))
+    return row
 
 
 def train(data, config: dict, settings: FedLDASettings, rounds: int, every: int, seed: int):
-    """FedLDA over all training documents; returns phi and the perplexity curve."""
+    """FedLDA over all training documents; returns phi, the perplexity curve and the realized privacy curve."""
     corpus = data.train
     counts = np.zeros((settings.n_topics, corpus.n_words), dtype=np.int64)
     state = FedLDAClientState()
-    curve = []
+    curve, privacy = [], []
     for r in range(1, rounds + 1):
         phi = clamped_topic_word(counts, float(config["beta"]))
+        if r % every == 0 or r == rounds:
+            privacy.append({"round": r, **realized(settings, phi, state, corpus)})
         update = train_round(corpus, phi, state, server_round=r, last_applied_round=r - 1, settings=settings,
                              seed=seed)
         apply_tuples(counts, Tuples.from_rows(update.tuples))
         if r % every == 0 or r == rounds:
             model = TopicModel(clamped_topic_word(counts, float(config["beta"])), data.corpus.vocabulary)
             curve.append((r, score(model, data, config)["perplexity"]))
-    return clamped_topic_word(counts, float(config["beta"])), curve
+    return clamped_topic_word(counts, float(config["beta"])), curve, privacy
 
 
 def downstream(phi: np.ndarray, data, seed: int) -> dict[str, float]:
@@ -95,11 +121,12 @@ class Runs:
         key = json.dumps({**settings.to_record(), "rounds": self.rounds, "seed": self.seed}, sort_keys=True)
         if key not in self.done:
             started = time.time()
-            phi, curve = train(self.data, {**self.config, "num-topics": settings.n_topics}, settings,
-                               self.rounds, self.every, self.seed)
+            phi, curve, privacy = train(self.data, {**self.config, "num-topics": settings.n_topics}, settings,
+                                        self.rounds, self.every, self.seed)
             row = {"key": key, **{k.removeprefix("fedlda."): (str(v) if isinstance(v, float) and math.isinf(v) else v)
                                   for k, v in settings.to_record().items()},
-                   "curve": curve, "perplexity": curve[-1][1], "seconds": time.time() - started}
+                   "curve": curve, "privacy": privacy, "perplexity": curve[-1][1],
+                   "seconds": time.time() - started, **{k: v for k, v in privacy[-1].items() if k != "round"}}
             row["eta"] = replacement_probability(settings, phi)
             if self.data.corpus.labels is not None:
                 row.update(downstream(phi, self.data, self.seed))
@@ -133,6 +160,51 @@ def sweep_plot(out: Path, name: str, runs: list[dict], x: str, title: str) -> No
     fig.tight_layout()
     fig.savefig(out / f"{name}.png", dpi=120)
     plt.close(fig)
+
+
+def _label(r: dict) -> str:
+    return r["mechanism"] + (" (gamma=1)" if r["mechanism"] == "rrp" and r["gamma"] == 1.0 else "")
+
+
+def realized_plot(out: Path, runs: list[dict], args) -> None:
+    """RRP's realized per-tuple delta at the eps used, round by round (GS runs)."""
+    rows = [{"mechanism": _label(r), **p} for r in runs if r["sampler"] == "gibbs" and r["mechanism"] != "none"
+            for p in r["privacy"]]
+    write_csv(out / "realized.csv", rows, ["mechanism", "round", "realized_delta", "document_delta_median",
+                                           "realized_epsilon_at_claim", "words_meeting_claim"])
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for r in runs:
+        if r["sampler"] == "gibbs" and r["mechanism"] == "rrp":
+            rounds = [p["round"] for p in r["privacy"]]
+            ax.plot(rounds, [p["realized_delta"] for p in r["privacy"]], label=f"{_label(r)}: every document")
+            ax.plot(rounds, [p.get("document_delta_median", math.nan) for p in r["privacy"]], linestyle="--",
+                    label=f"{_label(r)}: median training document")
+            ax.axhline(2 * args.delta, color="grey", linewidth=0.8)
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"per-tuple delta at eps {args.epsilon}")
+    ax.set_title("RRP: realized delta (grey: Theorem 1's claim 2 delta)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "realized.png", dpi=120)
+    plt.close(fig)
+
+
+def summary(out: Path, runs: list[dict], args) -> None:
+    """Perplexity beside the realized and the claimed per-tuple guarantee (GS runs)."""
+    lines = [f"| mechanism | perplexity | eta | realized delta per tuple at eps {args.epsilon} | eps at the claimed "
+             "delta | claimed (eps, delta) per tuple |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        if r["sampler"] != "gibbs":
+            continue
+        settings = FedLDASettings(**{"n_topics": r["num-topics"], "alpha": 0.1, "mechanism": r["mechanism"],
+                                     "delta": float(r["delta"])})
+        claim = "-" if r["mechanism"] == "none" else f"({r['epsilon']:g}, {claimed_delta(settings):g})"
+        realized_delta = "-" if r["mechanism"] == "none" else f"{r['realized_delta']:.3g}"
+        eps_at = "-" if r["mechanism"] == "none" else f"{r['realized_epsilon_at_claim']:.3g}"
+        lines.append(f"| {_label(r)} | {r['perplexity']:.1f} | {r['eta']:.3g} | {realized_delta} | {eps_at} | "
+                     f"{claim} |")
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def main() -> None:
@@ -176,13 +248,16 @@ def main() -> None:
     fig.savefig(out / "convergence.png", dpi=120)
     plt.close(fig)
 
-    private = ("rrp", "krr", "tkrr")
+    realized_plot(out, conv, args)
+    summary(out, conv, args)
+
+    private = ("rrp", "krr", "tkrr", "tkrr-uniform-tail", "hm")
     sweep_plot(out, "epsilon", [runs.get(**{**base, "epsilon": e}, mechanism=m) for e in (3.0, 5.0, 7.5, 10.0)
                                 for m in private], "epsilon", "Fig. 5e/g: varying eps")
     sweep_plot(out, "topics", [runs.get(**{**base, "n_topics": k}, mechanism=m) for k in (10, 20, 50)
                                for m in MECHANISMS], "num-topics", "Fig. 5f/h: varying K")
     sweep_plot(out, "delta", [runs.get(**{**base, "delta": d}, mechanism=m) for d in (0.05, 0.1, 0.2)
-                              for m in ("rrp", "tkrr")], "delta", "Fig. 5i/k: varying delta")
+                              for m in ("rrp", "tkrr", "tkrr-uniform-tail")], "delta", "Fig. 5i/k: varying delta")
     sweep_plot(out, "ratio", [runs.get(**base, sample_ratio=q, mechanism="rrp") for q in (0.0, 0.3, 0.7, 1.0)],
                "sample-ratio", "Fig. 5j/l: varying l/M")
 

@@ -152,6 +152,19 @@ def test_fedlda_run_learns_and_reports_privacy_every_round(tmp_path):
         assert dict(content["sender"]) == {"method": "fedlda"}
 
 
+def test_fedlda_with_a_public_pad_length_sends_no_size_and_accounts_the_public_l(tmp_path):
+    config = {**SMALL, "method": "fedlda", "fedlda.pad-length": 40, "num-rounds": 3, "eval-every": 3,
+              "output-dir": str(tmp_path / "run")}
+    spy, seen = spying(make_client_app(config))
+    run_server(LoopbackGrid(spy, 3, config), config)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert rows[-1]["privacy"]["tuples_per_document"] == 28  # floor(0.7 x 40), known to the server
+    assert rows[-1]["replies_applied"] == 3
+    for content in seen:
+        assert list(content["update"].keys()) == ["tuples"] and len(content["update"]["tuples"].numpy()) % 28 == 0
+        assert not content["metrics"].keys()
+
+
 def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the word embeddings' cache
     config = {**SMALL, "method": "pctd", "pctd.sigma": 0.1, "pctd.consistency": 0.3, "num-rounds": 15, "eval-every": 5,

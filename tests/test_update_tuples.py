@@ -60,7 +60,7 @@ def test_all_real_tuples_at_full_sample_reproduce_the_count_change():
     assert np.all(np.bincount(out_doc[is_dummy], minlength=n_docs) == 5 - np.bincount(doc, minlength=n_docs))
 
 
-def test_every_document_sends_exactly_l_tuples_and_dummies_look_real():
+def test_every_document_sends_exactly_l_tuples_noop_dummies_are_recognisable_noise_dummies_are_not():
     rng = np.random.default_rng(1)
     doc = np.array([0, 0, 0, 2])  # doc 0: 3 changes, doc 1: none, doc 2: one
     real = Tuples(np.array([1, 2, 3, 4], np.int32), np.array([0, 1, 2, 0], np.int32), np.array([1, 2, 0, 2], np.int32))

@@ -178,10 +178,13 @@ def train_round(
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: FedLDAClientState,
                seed: int) -> Update:
-    """One round of ``fedlda`` from a training message: the perturbed tuples only, and two integers."""
+    """One round of ``fedlda`` from a training message: the perturbed tuples, and two integers unless M is public."""
     update = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=int(config["server-round"]),
                          last_applied_round=int(config["last-applied-round"]),
                          settings=FedLDASettings.from_record(config), seed=seed)
+    settings = FedLDASettings.from_record(config)
+    if wire.public_tuples_per_document(settings) is not None:  # the server knows l: no size leaves the party
+        return {wire.TUPLES_KEY: update.tuples}, {}
     return ({wire.TUPLES_KEY: update.tuples},
             {"num-documents": update.n_docs, "max-tuples-per-document": update.max_tuples_per_doc})
 

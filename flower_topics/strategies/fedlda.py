@@ -117,7 +117,7 @@ class FedLDA(TopicStrategy):
         return self.fedlda.to_record()
 
     def reply_spec(self) -> ReplySpec:
-        """Integer ``(n, 3)`` tuples in range, ``num-documents`` and ``max-tuples-per-document``."""
+        """Integer ``(n, 3)`` tuples in range (and ``num-documents``, ``max-tuples-per-document`` unless M is public)."""
         return wire.reply_spec(self.fedlda, self.vocab_size)
 
     # ------------------------------------------------------------ rounds
@@ -149,15 +149,18 @@ class FedLDA(TopicStrategy):
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """Apply every valid reply's tuples to the counts (Algorithm 2)."""
         counts = arrays[wire.COUNTS_KEY].numpy().astype(np.int64)
-        round_l = 0
+        public_l = wire.public_tuples_per_document(self.fedlda)
+        round_l, skipped = public_l or 0, 0
         for reply in replies:
-            rows = reply.arrays[wire.TUPLES_KEY].astype(np.int64)
-            apply_tuples(counts, Tuples.from_rows(rows))
-            round_l = max(round_l, int(reply.metrics["max-tuples-per-document"]))
+            skipped += apply_tuples(counts, Tuples.from_rows(reply.arrays[wire.TUPLES_KEY].astype(np.int64)))
+            if public_l is None:
+                round_l = max(round_l, int(reply.metrics["max-tuples-per-document"]))
         self.max_tuples_per_doc = max(self.max_tuples_per_doc, round_l)
         self.last_phi = clamped_topic_word(counts, self.beta)
-        metrics = {"num-tuples": sum(r.arrays[wire.TUPLES_KEY].shape[0] for r in replies),
-                   "num-documents": sum(int(r.metrics["num-documents"]) for r in replies)}
+        n_tuples = sum(r.arrays[wire.TUPLES_KEY].shape[0] for r in replies)
+        metrics = {"num-tuples": n_tuples, "tuples-skipped": skipped,
+                   "num-documents": (n_tuples // public_l if public_l else
+                                     sum(int(r.metrics["num-documents"]) for r in replies))}
         return ArrayRecord({wire.COUNTS_KEY: Array(counts)}), metrics
 
     # ------------------------------------------------------------ privacy

@@ -3,8 +3,9 @@
 Server to party: phi (``K x V`` float32, :data:`PHI_KEY`; the counts stay on the server) and
 :class:`FedLDASettings` plus ``last-applied-round``. Party to server: the perturbed,
 shuffled tuples ``(w, k_old, k_new)`` (``n x 3``, uint16 when V and K + 1 fit, else int32,
-:data:`TUPLES_KEY`; ``k_old = K`` enters a word not counted yet), the number of documents
-and the largest number of tuples one document sent (for the accounting).
+:data:`TUPLES_KEY`; ``k_old = K`` enters a word not counted yet); with each document's own
+padding length, also the number of documents and the largest number of tuples one document
+sent (for the accounting); with a public ``pad-length``, nothing else.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from flower_topics.models.fixed_phi import SAMPLERS
-from flower_topics.models.update_tuples import DUMMY_KINDS
+import numpy as np
+
+from flower_topics.models.update_tuples import DUMMY_KINDS, sample_sizes
 from flower_topics.options import Option, at_least, in_range, one_of, positive
 from flower_topics.privacy.word_randomizers import MECHANISMS
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
@@ -139,10 +142,23 @@ class FedLDASettings:
 SETTINGS = FedLDASettings
 
 
+def public_tuples_per_document(settings: FedLDASettings) -> int | None:
+    """l when M is public (``pad-length`` > 0): the server knows it and no reply needs to say it; else None."""
+    if settings.pad_length == 0:
+        return None
+    return int(sample_sizes(np.ones(1, dtype=np.int64), settings.pad_length, settings.sample_ratio)[1][0])
+
+
 def reply_spec(settings: FedLDASettings, vocab_size: int) -> ReplySpec:
-    """A valid reply: integer ``(n, 3)`` tuples with words < V, k_old <= K, k_new < K."""
+    """A valid reply: integer ``(n, 3)`` tuples with words < V, k_old <= K, k_new < K.
+
+    With each document's own M the reply also carries ``num-documents`` and
+    ``max-tuples-per-document`` (the largest l, for the accounting: it tells the server the
+    longest document's length); with a public M it carries no metric at all.
+    """
     k = settings.n_topics
     tuples = ArraySpec("integer", (None, 3), columns=((0, vocab_size), (0, k + 1), (0, k)),
                        what=f"tuples (w < {vocab_size}, k_old <= {k}, k_new < {k})")
-    return ReplySpec(METHOD, {TUPLES_KEY: tuples}, metrics=("num-documents", "max-tuples-per-document"),
+    metrics = () if settings.pad_length else ("num-documents", "max-tuples-per-document")
+    return ReplySpec(METHOD, {TUPLES_KEY: tuples}, metrics=metrics,
                      max_bytes=12 * MAX_TUPLES + (1 << 16))
