@@ -15,10 +15,13 @@ each of its documents:
 
 Documents are the paper's users: each has its own budget and sends exactly its l
 tuples per round. A client holding many documents shuffles all its documents'
-tuples together before sending, so the server sees neither which document a tuple
-came from nor which tuples are dummies. Nothing else leaves the client: no token
-ids, no topic assignments, no theta, no per-document counts; the reply carries the
-tuples and three integers (documents, tuples, largest l) that the accounting needs.
+tuples together before sending, so the server does not see which document a tuple
+came from. What the tuples do reveal (their topics are unperturbed, no-op dummies
+are recognisable and carry draws from theta, entry tuples add up to the party's
+token count, l to document lengths unless ``pad-length`` is public) is listed in the
+README; no token ids, topic assignments or per-document counts are sent. The reply
+carries the tuples and, unless ``pad-length`` is public, the number of documents and
+the largest l, which the accounting needs.
 
 What the server knows. A document's tuples describe changes relative to the topic
 the server currently counts each of its words under, its *server view*: a word
