@@ -194,3 +194,55 @@ def test_skipping_keeps_counts_non_negative_under_random_tuples():
     entries = int((k_old == 4).sum())
     assert counts.sum() == total + entries
     assert 0 < skipped < 5000
+
+
+def test_cancelling_dummies_look_like_changes_and_their_reversals_restore_the_counts():
+    """Round A opens a dummy in every dummy slot; round B, with as many slots, reverses them all:
+    the server's counts after both rounds are exactly those before, and each half is a change
+    (k_old != k_new) leaving a topic that holds its word."""
+    from flower_topics.models.update_tuples import cancelling_dummies
+
+    rng = np.random.default_rng(8)
+    k, v, n_docs = 4, 30, 5
+    counts = rng.integers(4, 9, size=(k, v))  # more than the slots of one batch that can leave a cell
+    counts[:, :3] = 0  # words no topic holds
+    counts[0, 3:10] = 0  # and words topic 0 does not hold
+    before = counts.copy()
+    phi = clamped_topic_word(counts, beta=0.01)
+    theta = rng.dirichlet(np.ones(k), size=n_docs)
+    docs = np.repeat(np.arange(n_docs), 6)
+    words = rng.integers(3, v, size=docs.size)
+    slots = np.tile([True, True, False, True, False, True], n_docs)
+    zeros = np.zeros(docs.size, dtype=np.int32)
+    tuples = Tuples(words, zeros, zeros)
+    first, reversal, opened = cancelling_dummies(docs, tuples, slots, np.zeros((0, 4), np.int64), theta, phi, rng)
+    assert not reversal.any() and opened.shape == (slots.sum(), 4)
+    assert np.all(first.k_old[slots] != first.k_new[slots])
+    assert np.all(counts[first.k_old[slots], first.words[slots]] > 0)  # a holds w: the server applies it
+    np.testing.assert_array_equal(first.words[~slots], words[~slots])  # real tuples untouched
+    assert apply_tuples(counts, Tuples(first.words[slots], first.k_old[slots], first.k_new[slots])) == 0
+    assert not np.array_equal(counts, before)
+    second, reversal, still_open = cancelling_dummies(docs, Tuples(rng.integers(3, v, docs.size), zeros, zeros),
+                                                      slots, opened, theta, clamped_topic_word(counts, 0.01), rng)
+    assert np.array_equal(reversal, slots) and still_open.shape == (0, 4)
+    assert apply_tuples(counts, Tuples(second.words[slots], second.k_old[slots], second.k_new[slots])) == 0
+    np.testing.assert_array_equal(counts, before)
+
+
+def test_cancelling_dummies_reverse_the_oldest_first_and_keep_the_rest_open():
+    from flower_topics.models.update_tuples import cancelling_dummies
+
+    rng = np.random.default_rng(3)
+    phi = np.full((2, 4), 0.25)
+    theta = np.full((2, 2), 0.5)
+    opened = np.array([[0, 1, 0, 1], [0, 2, 1, 0], [1, 3, 0, 1]])  # doc 0 has two, doc 1 one
+    docs = np.array([0, 1, 1])
+    slots = np.array([True, True, True])
+    zeros = np.zeros(3, dtype=np.int32)
+    out, reversal, still_open = cancelling_dummies(docs, Tuples(np.array([0, 0, 0]), zeros, zeros), slots, opened,
+                                                   theta, phi, rng)
+    # doc 0: one slot, reverses its oldest (w 1: 0 -> 1 becomes 1 -> 0); doc 1: reverses (3: 0 -> 1), then a new one
+    assert reversal.tolist() == [True, True, False]
+    assert (out.words[0], out.k_old[0], out.k_new[0]) == (1, 1, 0)
+    assert (out.words[1], out.k_old[1], out.k_new[1]) == (3, 1, 0)
+    assert still_open[:, 0].tolist() == [0, 1] and still_open[0].tolist() == [0, 2, 1, 0]

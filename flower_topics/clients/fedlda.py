@@ -47,7 +47,8 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.fixed_phi import FixedPhiSampler
-from flower_topics.models.update_tuples import changed_tuples, pad_and_sample, sample_sizes
+from flower_topics.models.update_tuples import (Tuples, cancelling_dummies, changed_tuples, pad_and_sample,
+                                                sample_sizes)
 from flower_topics.privacy import RRP, word_randomizer
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.fedlda import FedLDASettings
@@ -104,12 +105,18 @@ class FedLDAClientState:
         The server view if the last reply is applied.
     pending_round : int
         Round of that reply (0 = none).
+    open_dummies : np.ndarray or None
+        ``cancelling`` dummies ``(doc, w, a, b)`` the server applied and no reversal undid yet.
+    pending_dummies : np.ndarray or None
+        The open dummies if the last reply is applied.
     """
 
     z: np.ndarray | None = None
     applied: np.ndarray | None = None
     pending: np.ndarray | None = None
     pending_round: int = 0
+    open_dummies: np.ndarray | None = None
+    pending_dummies: np.ndarray | None = None
 
 
 def train_round(
@@ -151,6 +158,11 @@ def train_round(
         raise ValueError(f"phi has shape {phi.shape}, expected {expected}")
     phi = np.asarray(phi, dtype=np.float64)
     rng = np.random.default_rng([seed, server_round])
+    if state.pending_round and last_applied_round == state.pending_round:
+        state.open_dummies = state.pending_dummies
+    elif last_applied_round == 0:
+        state.open_dummies = None
+    state.pending_dummies = None
     view = acknowledge(state, last_applied_round)
     if view is None:
         view = state.applied = np.full(corpus.n_tokens, settings.n_topics, dtype=np.int32)
@@ -168,13 +180,19 @@ def train_round(
     delivered = source >= 0
     if settings.resend_replaced:
         delivered &= words == sampled.words
+    k_old, k_new = sampled.k_old, sampled.k_new
+    if settings.dummies == "cancelling":
+        opened = state.open_dummies if state.open_dummies is not None else np.zeros((0, 4), dtype=np.int64)
+        filled, _, state.pending_dummies = cancelling_dummies(docs, Tuples(words, k_old, k_new), source < 0,
+                                                             opened, theta, phi, rng)
+        words, k_old, k_new = filled.words, filled.k_old, filled.k_new
     sent = positions[source[delivered]]
     state.pending = view.copy()
     state.pending[sent] = sampler.z[sent]
     state.pending_round = server_round
 
     wire = np.uint16 if max(corpus.n_words, settings.n_topics + 1) <= np.iinfo(np.uint16).max else np.int32
-    rows = np.stack([words, sampled.k_old, sampled.k_new], axis=1).astype(wire)
+    rows = np.stack([words, k_old, k_new], axis=1).astype(wire)
     rows = rows[rng.permutation(rows.shape[0])]
     return ClientUpdate(rows, int(corpus.n_docs), int(size.max(initial=0)))
 

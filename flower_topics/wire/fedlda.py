@@ -43,8 +43,9 @@ OPTIONS: Mapping[str, Option] = {
                     at_least(1)),
     "sample-ratio": Option(0.7, "l / M, the share of padded tuples a document sends (0 sends one)",
                            in_range(0, 1)),
-    "dummy-tuples": Option("noop", "padding: noop (k_old = k_new, exact counts) or noise (look like changes, "
-                           "zero-mean noise)", one_of(*DUMMY_KINDS)),
+    "dummy-tuples": Option("noop", "padding: noop (k_old = k_new, recognisable), noise (look like changes, "
+                           "zero-mean noise) or cancelling (look like changes, undone by a later reversal)",
+                           one_of(*DUMMY_KINDS)),
     "pad-length": Option(0, "public padding length M (0 = each document's own length, which l reveals)",
                          at_least(0)),
     "resend-replaced": Option(True, "a change whose word the randomizer replaced stays pending and is sent again "
@@ -78,7 +79,7 @@ class FedLDASettings:
         l / M.
     pad_length : int
         Public M, or 0 for each document's own length.
-    dummies : {"noop", "noise"}
+    dummies : {"noop", "noise", "cancelling"}
         Kind of dummy tuples (:func:`~flower_topics.models.update_tuples.model_dummies`).
     resend_replaced : bool
         Keep a change whose word the randomizer replaced pending (sent again, perturbed
