@@ -178,8 +178,8 @@ def train_round(
                                            phi=phi, rng=rng, dummies=settings.dummies)
     words = perturb_words(settings, sampled.words, docs, theta, phi, rng)
     delivered = source >= 0
-    if settings.resend_replaced:
-        delivered &= words == sampled.words
+    if settings.resend_replaced:  # an entry is never resent: a second entry would count the token twice
+        delivered &= (words == sampled.words) | (sampled.k_old == settings.n_topics)
     k_old, k_new = sampled.k_old, sampled.k_new
     if settings.dummies == "cancelling":
         opened = state.open_dummies if state.open_dummies is not None else np.zeros((0, 4), dtype=np.int64)
