@@ -129,7 +129,7 @@ class FedLDA(TopicStrategy):
         if self.fedlda.pad_length == 0 and self.fedlda.mechanism != "none":
             log(WARNING, "fedlda.pad-length=0: each document's l tells the server its length, and every reply "
                 "carries the longest document's l (the accounting's per-round l); a public pad-length near the "
-                "90th percentile of document lengths hides both at no perplexity cost (README, FedLDA)")
+                "90th percentile of document lengths hides both at little perplexity cost (README, FedLDA)")
 
     # ------------------------------------------------------------ rounds
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
