@@ -82,7 +82,7 @@ class AgreedDocuments:
     heldout: Corpus
 
 
-_AGREED: dict[tuple[str, str, int], AgreedDocuments] = {}
+_AGREED: dict[tuple[Any, ...], AgreedDocuments] = {}
 
 
 def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: str | None = None) -> AgreedDocuments:
@@ -103,7 +103,11 @@ def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: s
         raise UserInputError(f"the server's vocabulary (fingerprint {fingerprint}) is not the one this node agreed "
                              f"to ({agreed}); build the strategy with the vocabulary of agree_vocabulary")
     documents = node_documents(context, config)
-    key = (documents.source, agreed, int(config["min-doc-length"]))
+    # every option that decides the documents (seed, split, synthetic generator, partition), not only
+    # their source: two runs in one process over the same file or generator must not share documents
+    decided_by = sorted((str(k), str(v)) for k, v in config.items() if is_data_key(k) or k in PARTITION_KEYS)
+    node = sorted((str(k), str(v)) for k, v in context.node_config.items())
+    key = (documents.source, agreed, tuple(decided_by), tuple(node))
     if key not in _AGREED:
         if len(_AGREED) >= 8:
             _AGREED.pop(next(iter(_AGREED)))

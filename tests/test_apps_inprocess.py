@@ -203,3 +203,18 @@ def test_pctd_strategy_plugs_into_a_plain_strategy_start(tmp_path):
     np.testing.assert_allclose(phi.sum(axis=1), 1.0)
     assert strategy.privacy_report().mechanism == "none"
     assert [strategy.traffic[r].replies_applied for r in (1, 2, 3)] == [3, 3, 3]
+
+
+def test_two_runs_in_one_process_with_other_synthetic_seeds_train_on_their_own_documents(tmp_path):
+    """The party's document cache is keyed by every option that decides the documents: a second
+    in-process run over the generator with another seed must not reuse the first run's documents."""
+    from flower_topics.client_app import agreed_documents, data_config
+
+    seen = []
+    for seed in (1, 2):
+        config = {**SMALL, "seed": seed, "num-rounds": 1, "eval-every": 1, "output-dir": str(tmp_path / f"run{seed}")}
+        grid = LoopbackGrid(make_client_app(config), 2, config)
+        run_server(grid, config)
+        seen.append(agreed_documents(grid.contexts[101], data_config(config)).training)
+    first, second = seen
+    assert first.n_tokens != second.n_tokens or not np.array_equal(first.tokens, second.tokens)
