@@ -24,16 +24,17 @@ carries the tuples and, unless ``pad-length`` is public, the number of documents
 the largest l, which the accounting needs.
 
 What the server knows. A document's tuples describe changes relative to the topic
-the server currently counts each of its words under, its *server view*: a word
-whose change was not among the l sampled tuples stays pending and is sent in a
-later round, instead of being lost. A change whose word the randomizer replaced is
-kept pending too (``resend-replaced``, default): the server received a change of
-another word, skips it when that word's topic holds none (see
+the server currently counts each of its words under, its *server view*: a word whose
+change was not among the l sampled tuples stays pending and is sent in a later
+round, instead of being lost. A move (not an entry) whose word the randomizer replaced is kept
+pending too (``resend-replaced``, default): the server received a change of another
+word, skips it when that word's topic holds none (see
 :func:`~flower_topics.models.update_tuples.apply_tuples`), and gets the true change,
 perturbed afresh, later. The server's counts then follow the clients' server views
-up to the replaced words still in them, and sampling does not make them drift. Only the server view is rolled back when a
-reply was not applied (the server tells each client the round of its last applied
-reply); the topic assignments themselves never need to be.
+up to the replaced words still in them, and sampling does not make them drift. Only
+the server view is rolled back when a reply was not applied (the server tells each
+client the round of its last applied reply); the topic assignments themselves never
+need to be.
 """
 
 from __future__ import annotations

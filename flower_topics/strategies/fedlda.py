@@ -120,7 +120,7 @@ class FedLDA(TopicStrategy):
         return self.fedlda.to_record()
 
     def reply_spec(self) -> ReplySpec:
-        """Integer ``(n, 3)`` tuples in range (and ``num-documents``, ``max-tuples-per-document`` unless M is public)."""
+        """Integer ``(n, 3)`` tuples in range (and the two size metrics unless M is public)."""
         return wire.reply_spec(self.fedlda, self.vocab_size)
 
     def summary(self) -> None:
