@@ -1,9 +1,9 @@
-"""The run-output contract: model.npz, topics.txt, metrics.jsonl and plots.
+"""The run-output contract: model.npz, state.npz, topics.txt, metrics.jsonl and plots.
 
 A run writes into its own directory. ``metrics.jsonl`` grows by one line per
-round as the run goes; ``model.npz`` and ``topics.txt`` are written only when the
-run completes (atomically), so a failed run never leaves a model that looks like
-a result.
+round as the run goes; ``model.npz``, ``state.npz`` and ``topics.txt`` are written
+only when the run completes (atomically), so a failed run never leaves a model that
+looks like a result.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -22,7 +23,8 @@ from flower_topics.model_file import TopicModel, _json_default, save_model
 MODEL_FILE = "model.npz"
 TOPICS_FILE = "topics.txt"
 METRICS_FILE = "metrics.jsonl"
-RESULT_FILES = (MODEL_FILE, TOPICS_FILE, METRICS_FILE)
+STATE_FILE = "state.npz"
+RESULT_FILES = (MODEL_FILE, STATE_FILE, TOPICS_FILE, METRICS_FILE)
 PLOTTED = ("perplexity", "npmi", "umass", "diversity", "tss_normalized", "nmi", "purity", "macro_f1",
            "bytes_sent", "bytes_received")
 
@@ -67,6 +69,19 @@ class RunOutputs:
         """Write ``topics.txt`` and then ``model.npz`` (the run's result)."""
         write_topics(self.directory / TOPICS_FILE, model, n_top_words)
         return save_model(self.directory / MODEL_FILE, model)
+
+    def write_state(self, arrays: Mapping[str, np.ndarray]) -> Path:
+        """Write ``state.npz``: the strategy's final global arrays (e.g. ``ntm``'s network weights), atomically."""
+        path = self.directory / STATE_FILE
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".state-", suffix=".npz")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez_compressed(fh, **{key: np.asarray(value) for key, value in arrays.items()})
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
 
     def plot(self) -> list[Path]:
         """Plot the metrics of ``metrics.jsonl`` against the round."""

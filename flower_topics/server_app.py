@@ -175,6 +175,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         },
     )
     outputs.write_model(model)
+    outputs.write_state({key: array.numpy() for key, array in result.arrays.items()})
     outputs.plot()
     log(INFO, "flower-topics: wrote %s", outputs.directory)
     return model

@@ -249,3 +249,25 @@ def test_each_partys_accounting_persists_in_its_node_state_across_rounds():
     assert all(strategy.party_epsilon[n] > strategy.first_epsilon[n] > 0 for n in strategy.party_epsilon)
     report = strategy.privacy_report()
     assert report.unit == "document" and report.epsilon == max(strategy.party_epsilon.values()) and report.rounds == 3
+
+
+def test_a_finished_run_keeps_its_network_so_documents_can_be_inferred_later(tmp_path):
+    """state.npz holds the final weights: the loaded network's decoder is the written topic_word, and its
+    encoder gives each document proportions (what model.npz alone cannot)."""
+    from flower_topics.model_file import load_model
+    from flower_topics.server_app import run_server
+
+    config = parse_run_config({**TINY, "ntm.dp": False, "output-dir": str(tmp_path / "run")})
+    grid = _grid(config)
+    run_server(grid, config)
+    network = NTM.load_network(tmp_path / "run")
+    written = load_model(tmp_path / "run" / "model.npz")
+    np.testing.assert_allclose(ntm.topic_word(network), written.topic_word, atol=1e-6)
+    corpus = agreed_documents(grid.contexts[101], data_config(config)).training
+    theta = ntm.infer_theta(network, corpus.doc_term_matrix())
+    assert theta.shape == (corpus.n_docs, 4) and np.allclose(theta.sum(axis=1), 1.0)
+    with pytest.raises(UserInputError, match="does not exist"):
+        NTM.load_network(tmp_path)
+    (tmp_path / "run" / "state.npz").unlink()
+    with pytest.raises(UserInputError, match="finished ntm run"):
+        NTM.load_network(tmp_path / "run")

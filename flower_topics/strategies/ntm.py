@@ -33,8 +33,10 @@ epsilon any party reported so far, at ``dp-delta``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from logging import INFO
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -42,8 +44,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
+from flower_topics.config import parse_run_config
 from flower_topics.errors import UserInputError
+from flower_topics.model_file import load_model
 from flower_topics.models.ntm import (
+    NeuralTopicModel,
     apply_gradient,
     flatten_parameters,
     make_optimizer,
@@ -52,6 +57,7 @@ from flower_topics.models.ntm import (
     weighted_average,
 )
 from flower_topics.models.ntm_federated import build_model
+from flower_topics.outputs import MODEL_FILE, STATE_FILE
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ntm as wire
@@ -128,6 +134,30 @@ class NTM(TopicStrategy):
             raise UserInputError(str(exc)) from None
         return cls(vocabulary, settings, max_steps=int(config["ntm.max-steps"]),
                    stop_tolerance=float(config["ntm.stop-tolerance"]), **cls.federation_options(config))
+
+    @classmethod
+    def load_network(cls, run_directory: str | os.PathLike[str]) -> NeuralTopicModel:
+        """The trained network of a finished ``ntm`` run, from its ``model.npz`` and ``state.npz``.
+
+        With it a party (or anyone holding the model) infers documents' topic proportions
+        (:func:`flower_topics.models.ntm.infer_theta`), which ``model.npz``'s topic-word
+        matrix alone cannot give for these models.
+
+        Raises
+        ------
+        UserInputError
+            If the directory does not hold a finished ``ntm`` run.
+        """
+        directory = Path(run_directory)
+        model = load_model(directory / MODEL_FILE)
+        config = model.metadata.get("run_config", {})
+        if config.get("method") != wire.METHOD or not (directory / STATE_FILE).is_file():
+            raise UserInputError(f"{directory} does not hold a finished ntm run (model.npz of method ntm and "
+                                 f"{STATE_FILE})")
+        strategy = cls.from_config(parse_run_config(config), model.vocabulary)
+        with np.load(directory / STATE_FILE) as state:
+            unflatten_parameters(strategy.model, state[wire.WEIGHTS_KEY])
+        return strategy.model.eval()
 
     # ------------------------------------------------------------ hooks
     def initial_arrays(self) -> ArrayRecord:
