@@ -48,8 +48,8 @@ OPTIONS: Mapping[str, Option] = {
                            one_of(*DUMMY_KINDS)),
     "pad-length": Option(0, "public padding length M (0 = each document's own length, which l reveals)",
                          at_least(0)),
-    "resend-replaced": Option(True, "a change whose word the randomizer replaced stays pending and is sent again "
-                              "(false: counted as sent, as in the paper)"),
+    "resend-replaced": Option(True, "a move whose word the randomizer replaced stays pending and is sent again "
+                              "(entries never are; false: counted as sent, as in the paper)"),
 }
 
 
