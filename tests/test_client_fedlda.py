@@ -35,18 +35,38 @@ def _counts(view, corpus):
     return counts
 
 
-def test_without_perturbation_the_servers_counts_are_the_clients_server_view():
+def _open_dummies(state) -> np.ndarray:
+    """The count change of the cancelling dummies not reversed yet: -1 at (a, w), +1 at (b, w)."""
+    change = np.zeros((K, V), dtype=np.int64)
+    if state.pending_dummies is not None and len(state.pending_dummies):
+        _, w, a, b = np.asarray(state.pending_dummies).T
+        np.subtract.at(change, (a, w), 1)
+        np.add.at(change, (b, w), 1)
+    return change
+
+
+@pytest.mark.parametrize("dummies", ["noop", "cancelling"])
+def test_without_perturbation_the_servers_counts_are_the_clients_server_view(dummies):
     """Unsampled changes stay pending: after any number of rounds the applied tuples sum
-    exactly to the counts of the topics the client says the server holds."""
+    to the counts of the topics the client says the server holds, plus, with cancelling
+    dummies, the moves of the dummies it has not reversed yet (exactly, up to the tuples
+    the server skipped)."""
     corpus = _corpus()
     state = FedLDAClientState()
     counts = np.zeros((K, V), dtype=np.int64)
+    skipped = sent = 0
     for r in range(1, 8):
-        update = _run(corpus, state, r, r - 1, mechanism="none", sample_ratio=0.5)
+        update = _run(corpus, state, r, r - 1, mechanism="none", sample_ratio=0.5, dummies=dummies)
         if r == 1:
             assert np.all(update.tuples[:, 1] == K)  # every word enters the counts
-        apply_tuples(counts, Tuples.from_rows(update.tuples))
-        np.testing.assert_array_equal(counts, _counts(state.pending, corpus))
+        skipped += apply_tuples(counts, Tuples.from_rows(update.tuples))
+        sent += update.tuples.shape[0]
+        drift = np.abs(counts - _counts(state.pending, corpus) - _open_dummies(state)).sum()
+        assert drift <= 2 * skipped  # a tuple the server skipped moves its view of one word, nothing else
+    if dummies == "noop":
+        assert skipped == 0
+    else:  # new dummies leave only cells the party's own counts back; on 12 words a few still collide
+        assert skipped <= 0.02 * sent
     assert counts.sum() < corpus.n_tokens or np.all(state.pending < K)
     pending = np.mean(state.pending != state.z)
     assert pending < 0.5  # most changes reach the server within a few rounds
@@ -78,15 +98,20 @@ def test_rrp_changes_about_eta_of_the_words_and_nothing_else():
     assert changed > 0  # some words replaced
 
 
-def test_a_lost_reply_rolls_back_the_server_view_only():
+@pytest.mark.parametrize("dummies", ["noop", "cancelling"])
+def test_a_lost_reply_rolls_back_the_server_view_only(dummies):
+    """Round 2's reply is lost: the client's server view and its open dummies roll back to
+    round 1's, and the server's counts stay those of the applied replies."""
     corpus = _corpus()
     state = FedLDAClientState()
     counts = np.zeros((K, V), dtype=np.int64)
+    skipped = 0
     for r, applied, keep in [(1, 0, True), (2, 1, False), (3, 1, True), (4, 3, True)]:
-        update = _run(corpus, state, r, applied, mechanism="none")
+        update = _run(corpus, state, r, applied, mechanism="none", dummies=dummies)
         if keep:  # round 2's reply is lost: the server applies rounds 1, 3, 4
-            apply_tuples(counts, Tuples.from_rows(update.tuples))
-    np.testing.assert_array_equal(counts, _counts(state.pending, corpus))
+            skipped += apply_tuples(counts, Tuples.from_rows(update.tuples))
+    drift = np.abs(counts - _counts(state.pending, corpus) - _open_dummies(state)).sum()
+    assert drift <= 2 * skipped and skipped <= 3
     _run(corpus, state, 5, 0)  # the server applied nothing of this client: start over
     assert np.all(state.applied == K)
 
@@ -104,7 +129,7 @@ def test_a_move_whose_word_was_replaced_stays_pending_when_resend_replaced(resen
     only the moves that reached the server with their true word advance the client's server view."""
     corpus = _corpus()
     state = FedLDAClientState()
-    settings = dict(mechanism="krr", epsilon=0.5, sample_ratio=1.0, resend_replaced=resend)
+    settings = dict(mechanism="krr", epsilon=0.5, sample_ratio=1.0, resend_replaced=resend, dummies="noop")
     first = _run(corpus, state, 1, 0, **settings)
     assert np.all(first.tuples[:, 1] == K) and first.tuples.shape[0] == corpus.n_tokens
     second = _run(corpus, state, 2, 1, **settings)

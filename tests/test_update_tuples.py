@@ -246,3 +246,25 @@ def test_cancelling_dummies_reverse_the_oldest_first_and_keep_the_rest_open():
     assert (out.words[0], out.k_old[0], out.k_new[0]) == (1, 1, 0)
     assert (out.words[1], out.k_old[1], out.k_new[1]) == (3, 1, 0)
     assert still_open[:, 0].tolist() == [0, 1] and still_open[0].tolist() == [0, 2, 1, 0]
+
+
+def test_cancelling_dummies_leave_only_cells_with_capacity_left():
+    """With a capacity, no cell gives up more new dummies than it can back; a word no topic can give up
+    is exchanged for one the party's cells can."""
+    from flower_topics.models.update_tuples import cancelling_dummies
+
+    rng = np.random.default_rng(21)
+    k, v = 3, 6
+    phi = np.full((k, v), 1 / v)
+    theta = np.full((4, k), 1 / k)
+    capacity = np.zeros((k, v), dtype=np.int64)
+    capacity[0, 1], capacity[2, 1], capacity[1, 4] = 2, 1, 5  # word 1: 3 words to give, word 4: 5, others none
+    docs = np.repeat(np.arange(4), 2)
+    words = np.array([1, 1, 1, 1, 4, 0, 5, 1])  # six dummies want word 1 or words no cell can give
+    zeros = np.zeros(8, dtype=np.int32)
+    out, _, opened = cancelling_dummies(docs, Tuples(words, zeros, zeros), np.ones(8, dtype=bool),
+                                        np.zeros((0, 4), np.int64), theta, phi, rng, capacity=capacity)
+    taken = np.zeros((k, v), dtype=np.int64)
+    np.add.at(taken, (out.k_old, out.words), 1)
+    assert np.all(taken <= capacity)
+    assert np.all(out.k_old != out.k_new) and opened.shape == (8, 4)

@@ -91,6 +91,29 @@ def perturb_words(settings: FedLDASettings, words: np.ndarray, docs: np.ndarray,
     return randomizer.perturb(words, rng)
 
 
+def _capacity(view: np.ndarray, tokens: np.ndarray, sampled: Tuples, source: np.ndarray, opened: np.ndarray,
+              n_topics: int, n_words: int) -> np.ndarray:
+    """How many words each cell of the server can still give up to this reply's new dummies.
+
+    The party's own part of the server's counts (its server view, with its open dummies
+    moved) less what the reply's real moves and reversals take out of each cell.
+    """
+    counts = np.zeros((n_topics + 1, n_words), dtype=np.int64)
+    np.add.at(counts, (view, tokens), 1)
+    counts = counts[:n_topics]
+    if len(opened):
+        _, w, a, b = np.asarray(opened, dtype=np.int64).T
+        np.subtract.at(counts, (a, w), 1)
+        np.add.at(counts, (b, w), 1)
+    real = source >= 0
+    leaving = real & (sampled.k_old < n_topics)
+    np.subtract.at(counts, (sampled.k_old[leaving], sampled.words[leaving]), 1)
+    # reversals leave (b, w) of their open dummy: the slots not yet filled take them out below
+    if len(opened):
+        np.subtract.at(counts, (b, w), 1)
+    return counts
+
+
 @dataclass
 class FedLDAClientState:
     """What a client keeps between rounds (``context.state`` in Flower).
@@ -184,8 +207,9 @@ def train_round(
     k_old, k_new = sampled.k_old, sampled.k_new
     if settings.dummies == "cancelling":
         opened = state.open_dummies if state.open_dummies is not None else np.zeros((0, 4), dtype=np.int64)
-        filled, _, state.pending_dummies = cancelling_dummies(docs, Tuples(words, k_old, k_new), source < 0,
-                                                             opened, theta, phi, rng)
+        filled, _, state.pending_dummies = cancelling_dummies(
+            docs, Tuples(words, k_old, k_new), source < 0, opened, theta, phi, rng,
+            capacity=_capacity(view, corpus.tokens, sampled, source, opened, settings.n_topics, corpus.n_words))
         words, k_old, k_new = filled.words, filled.k_old, filled.k_new
     sent = positions[source[delivered]]
     state.pending = view.copy()

@@ -204,6 +204,36 @@ def pad_and_sample(
     return doc[by_doc], tuples, source[by_doc]
 
 
+def _draw_within_capacity(posterior: np.ndarray, allowed: np.ndarray, words: np.ndarray,
+                          capacity: np.ndarray | None, n_words: int, rng: np.random.Generator) -> np.ndarray:
+    """One topic per row from ``posterior`` restricted to ``allowed``, at most ``capacity[k, w]`` rows per cell.
+
+    Rows whose cell is over capacity are drawn again without that topic (a few passes); a
+    row with no allowed topic left draws from its whole posterior. Also returns which rows
+    ended within capacity.
+    """
+    rows = np.arange(words.size)
+    allowed = allowed.copy()
+    chosen = np.zeros(words.size, dtype=np.int64)
+    todo = rows
+    for _ in range(8):
+        weights = np.where(allowed[todo].any(axis=1)[:, None], posterior[todo] * allowed[todo], posterior[todo])
+        chosen[todo] = draw_categorical(np.cumsum(weights, axis=1), np.arange(todo.size), rng)
+        if capacity is None:
+            return chosen, allowed[rows, chosen]
+        cell = chosen * n_words + words
+        order = np.argsort(cell, kind="stable")
+        rank = np.empty(words.size, dtype=np.int64)
+        rank[order] = np.arange(words.size) - np.searchsorted(cell[order], cell[order])
+        backed = (rank < capacity.ravel()[cell]) & allowed[rows, chosen]
+        over = rows[~backed & allowed[rows, chosen]]
+        if over.size == 0:
+            return chosen, backed
+        allowed[over, chosen[over]] = False
+        todo = over
+    return chosen, backed
+
+
 def apply_tuples(counts: np.ndarray, tuples: Tuples) -> int:
     """Algorithm 2 on received tuples: ``n[k_old, w] -= 1`` and ``n[k_new, w] += 1`` (in place).
 
@@ -250,6 +280,7 @@ def cancelling_dummies(
     theta: np.ndarray,
     phi: np.ndarray,
     rng: np.random.Generator,
+    capacity: np.ndarray | None = None,
 ) -> tuple[Tuples, np.ndarray, np.ndarray]:
     """Turn a round's dummy slots into reversals of open dummies and new cancelling dummies.
 
@@ -276,11 +307,11 @@ def cancelling_dummies(
         The document-topic and topic-word distributions of the round.
     rng : numpy.random.Generator
         Randomness.
-
-    Returns
-    -------
-    tuples : Tuples
-        The tuples with the dummy slots filled.
+    capacity : np.ndarray, optional
+        ``(K, V)``: how many more words each cell can give up in this reply and still be
+        backed on the server (the party's own counts there, less what its reply already
+        takes out). A new dummy leaves only a cell with capacity left, so that the server
+        applies it and, later, its reversal. Without it, the cells phi shows non-empty.
     reversal : np.ndarray
         Boolean mask of the slots holding a reversal (their word is sent as it was).
     still_open : np.ndarray
@@ -306,18 +337,28 @@ def cancelling_dummies(
     reversal[reversed_slots] = True
 
     new = np.setdiff1d(slots, reversed_slots)
-    n_topics = phi.shape[0]
+    n_topics, n_words = phi.shape
     if new.size:
         w, d = words[new], docs[new]
         posterior = theta[d] * phi[:, w].T
-        held = phi[:, w].T > 1.5 * phi.min(axis=1)[None, :]
-        first_weights = np.where(held.any(axis=1)[:, None], posterior * held, posterior)
-        first = draw_categorical(np.cumsum(first_weights, axis=1), np.arange(new.size), rng)
+        if capacity is None:  # the server's cells that hold a word: phi above the topic's floor
+            held = phi[:, w].T > 1.5 * phi.min(axis=1)[None, :]
+        else:
+            held = capacity[:, w].T > 0
+        first, backed = _draw_within_capacity(posterior, held, w, capacity, n_words, rng)
+        if capacity is not None and not backed.all():
+            # no topic can give this word up: take a word the party's cells can give up instead
+            spare = np.maximum(capacity, 0) * phi
+            used = np.zeros_like(capacity)
+            np.add.at(used, (first[backed], w[backed]), 1)
+            spare = np.where(capacity - used > 0, spare, 0.0).ravel()
+            if spare.sum() > 0:
+                cells = np.searchsorted(np.cumsum(spare), rng.random(int((~backed).sum())) * spare.sum(), side="right")
+                first[~backed], w[~backed] = np.divmod(np.minimum(cells, spare.size - 1), n_words)
+                words[new] = w
+                posterior = theta[d] * phi[:, w].T
         posterior[np.arange(new.size), first] = 0.0
-        if n_topics > 1:
-            second = draw_categorical(np.cumsum(posterior, axis=1), np.arange(new.size), rng)
-        else:  # pragma: no cover - FedLDA needs two topics
-            second = first
+        second = draw_categorical(np.cumsum(posterior, axis=1), np.arange(new.size), rng)
         k_old[new], k_new[new] = first, second
     kept = np.ones(open_dummies.shape[0], dtype=bool)
     kept[at_open] = False

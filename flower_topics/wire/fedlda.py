@@ -43,7 +43,7 @@ OPTIONS: Mapping[str, Option] = {
                     at_least(1)),
     "sample-ratio": Option(0.7, "l / M, the share of padded tuples a document sends (0 sends one)",
                            in_range(0, 1)),
-    "dummy-tuples": Option("noop", "padding: noop (k_old = k_new, recognisable), noise (look like changes, "
+    "dummy-tuples": Option("cancelling", "padding: noop (k_old = k_new, recognisable), noise (look like changes, "
                            "zero-mean noise) or cancelling (look like changes, undone by a later reversal)",
                            one_of(*DUMMY_KINDS)),
     "pad-length": Option(0, "public padding length M (0 = each document's own length, which l reveals)",
@@ -96,7 +96,7 @@ class FedLDASettings:
     gamma: float = 1.0
     sample_ratio: float = 0.7
     pad_length: int = 0
-    dummies: str = "noop"
+    dummies: str = "cancelling"
     resend_replaced: bool = True
 
     def __post_init__(self) -> None:
