@@ -64,17 +64,18 @@ class TopicModel:
 
 def save_model(path: str | os.PathLike[str], model: TopicModel) -> Path:
     """Write ``model`` to ``path`` atomically (no half-written file on failure)."""
+    return save_npz(path, topic_word=model.topic_word, vocabulary=np.asarray(model.vocabulary, dtype=str),
+                    metadata=np.asarray(json.dumps(model.metadata, default=_json_default)))
+
+
+def save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
+    """Write ``arrays`` to a compressed ``.npz`` at ``path`` atomically (no half-written file on failure)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".model-", suffix=".npz")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(
-                fh,
-                topic_word=model.topic_word,
-                vocabulary=np.asarray(model.vocabulary, dtype=str),
-                metadata=np.asarray(json.dumps(model.metadata, default=_json_default)),
-            )
+            np.savez_compressed(fh, **arrays)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

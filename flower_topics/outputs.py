@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import TopicModel, _json_default, save_model
+from flower_topics.model_file import TopicModel, _json_default, save_model, save_npz
 
 MODEL_FILE = "model.npz"
 TOPICS_FILE = "topics.txt"
@@ -72,16 +71,7 @@ class RunOutputs:
 
     def write_state(self, arrays: Mapping[str, np.ndarray]) -> Path:
         """Write ``state.npz``: the strategy's final global arrays (e.g. ``ntm``'s network weights), atomically."""
-        path = self.directory / STATE_FILE
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".state-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez_compressed(fh, **{key: np.asarray(value) for key, value in arrays.items()})
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return save_npz(self.directory / STATE_FILE, **{key: np.asarray(value) for key, value in arrays.items()})
 
     def plot(self) -> list[Path]:
         """Plot the metrics of ``metrics.jsonl`` against the round."""

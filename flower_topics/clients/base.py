@@ -18,7 +18,7 @@ it otherwise, so the party always conditions on what the server really holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
@@ -56,15 +56,20 @@ class Acknowledged(Protocol):
     pending_round: int
 
 
-def acknowledge(state: Acknowledged, last_applied_round: int) -> np.ndarray | None:
+def acknowledge(state: Acknowledged, last_applied_round: int,
+                also: Sequence[tuple[str, str]] = ()) -> np.ndarray | None:
     """The state the server holds for this party, given its last applied round (0 = none).
 
     Moves ``pending`` to ``applied`` when ``last_applied_round`` is the pending reply's round,
-    forgets ``applied`` when the server has applied nothing, and clears ``pending``.
+    forgets ``applied`` when the server has applied nothing, and clears ``pending``; the
+    same for each ``(applied, pending)`` pair of field names in ``also``.
     """
-    if state.pending_round and last_applied_round == state.pending_round:
-        state.applied = state.pending
-    elif last_applied_round == 0:
-        state.applied = None
-    state.pending, state.pending_round = None, 0
+    applied_now = bool(state.pending_round) and last_applied_round == state.pending_round
+    for applied, pending in (("applied", "pending"), *also):
+        if applied_now:
+            setattr(state, applied, getattr(state, pending))
+        elif last_applied_round == 0:
+            setattr(state, applied, None)
+        setattr(state, pending, None)
+    state.pending_round = 0
     return state.applied

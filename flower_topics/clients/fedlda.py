@@ -50,7 +50,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.models.fixed_phi import FixedPhiSampler
 from flower_topics.models.update_tuples import (Tuples, cancelling_dummies, changed_tuples, pad_and_sample,
                                                 sample_sizes)
-from flower_topics.privacy import RRP, word_randomizer
+from flower_topics.privacy import RRP
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.fedlda import FedLDASettings
 
@@ -82,8 +82,7 @@ def perturb_words(settings: FedLDASettings, words: np.ndarray, docs: np.ndarray,
     RRP draws replacements from the document's theta and phi; the baselines rank words
     by phi's word marginal (public: every client and the server hold phi).
     """
-    randomizer = word_randomizer(settings.mechanism, epsilon=settings.epsilon, delta=settings.delta,
-                                 gamma=settings.gamma, phi=phi)
+    randomizer = settings.randomizer(phi)
     if randomizer is None:
         return np.asarray(words, dtype=np.int64)
     if isinstance(randomizer, RRP):
@@ -95,22 +94,17 @@ def _capacity(view: np.ndarray, tokens: np.ndarray, sampled: Tuples, source: np.
               n_topics: int, n_words: int) -> np.ndarray:
     """How many words each cell of the server can still give up to this reply's new dummies.
 
-    The party's own part of the server's counts (its server view, with its open dummies
-    moved) less what the reply's real moves and reversals take out of each cell.
+    The party's own part of the server's counts (its server view, less what its open dummies
+    took out) less what the reply's real moves take out of each cell.
     """
     counts = np.zeros((n_topics + 1, n_words), dtype=np.int64)
     np.add.at(counts, (view, tokens), 1)
     counts = counts[:n_topics]
-    if len(opened):
-        _, w, a, b = np.asarray(opened, dtype=np.int64).T
-        np.subtract.at(counts, (a, w), 1)
-        np.add.at(counts, (b, w), 1)
-    real = source >= 0
-    leaving = real & (sampled.k_old < n_topics)
+    # an open dummy took a word out of (a, w); the +1 it put in (b, w) is for its own reversal
+    opened = np.asarray(opened, dtype=np.int64).reshape(-1, 4)
+    np.subtract.at(counts, (opened[:, 2], opened[:, 1]), 1)
+    leaving = (source >= 0) & (sampled.k_old < n_topics)
     np.subtract.at(counts, (sampled.k_old[leaving], sampled.words[leaving]), 1)
-    # reversals leave (b, w) of their open dummy: the slots not yet filled take them out below
-    if len(opened):
-        np.subtract.at(counts, (b, w), 1)
     return counts
 
 
@@ -182,12 +176,7 @@ def train_round(
         raise ValueError(f"phi has shape {phi.shape}, expected {expected}")
     phi = np.asarray(phi, dtype=np.float64)
     rng = np.random.default_rng([seed, server_round])
-    if state.pending_round and last_applied_round == state.pending_round:
-        state.open_dummies = state.pending_dummies
-    elif last_applied_round == 0:
-        state.open_dummies = None
-    state.pending_dummies = None
-    view = acknowledge(state, last_applied_round)
+    view = acknowledge(state, last_applied_round, also=(("open_dummies", "pending_dummies"),))
     if view is None:
         view = state.applied = np.full(corpus.n_tokens, settings.n_topics, dtype=np.int32)
     sampler = FixedPhiSampler(corpus, settings.n_topics, settings.alpha, rng, z=state.z)
@@ -225,10 +214,9 @@ def train_round(
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: FedLDAClientState,
                seed: int) -> Update:
     """One round of ``fedlda`` from a training message: the perturbed tuples, and two integers unless M is public."""
-    update = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=int(config["server-round"]),
-                         last_applied_round=int(config["last-applied-round"]),
-                         settings=FedLDASettings.from_record(config), seed=seed)
     settings = FedLDASettings.from_record(config)
+    update = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=int(config["server-round"]),
+                         last_applied_round=int(config["last-applied-round"]), settings=settings, seed=seed)
     if wire.public_tuples_per_document(settings) is not None:  # the server knows l: no size leaves the party
         return {wire.TUPLES_KEY: update.tuples}, {}
     return ({wire.TUPLES_KEY: update.tuples},

@@ -132,14 +132,20 @@ def rrp_pair_deltas(phi: np.ndarray, eta: float, deserted_mass: float, epsilon: 
         ``(D, V)`` (or ``(K, V)``): the pair delta of input word w in document d, the same
         for every other input word w'.
     """
-    c, eta_q = _rrp_terms(phi, eta, deserted_mass, theta)
-    return np.maximum(0.0, c - math.expm1(epsilon) * eta_q)
+    return _pair_deltas(*_rrp_terms(phi, eta, deserted_mass, theta), epsilon)
 
 
 def rrp_pair_epsilons(phi: np.ndarray, eta: float, deserted_mass: float, target_delta: float,
                       theta: np.ndarray | None = None) -> np.ndarray:
     """The smallest eps at which each (document, input word) meets ``target_delta`` (inf where none)."""
-    c, eta_q = _rrp_terms(phi, eta, deserted_mass, theta)
+    return _pair_epsilons(*_rrp_terms(phi, eta, deserted_mass, theta), target_delta)
+
+
+def _pair_deltas(c: np.ndarray, eta_q: np.ndarray, epsilon: float) -> np.ndarray:
+    return np.maximum(0.0, c - math.expm1(epsilon) * eta_q)
+
+
+def _pair_epsilons(c: np.ndarray, eta_q: np.ndarray, target_delta: float) -> np.ndarray:
     excess = np.maximum(0.0, c - target_delta)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(excess > 0, np.log1p(excess / np.where(eta_q > 0, eta_q, 0.0)), 0.0)
@@ -152,10 +158,10 @@ def rrp_realized(phi: np.ndarray, eta: float, deserted_mass: float, epsilon: flo
     Without ``theta`` the worst case is over every possible document (the supremum, reached
     by single-topic documents); with ``theta`` over the given documents.
     """
-    deltas = rrp_pair_deltas(phi, eta, deserted_mass, epsilon, theta)
-    epsilons = rrp_pair_epsilons(phi, eta, deserted_mass, target_delta, theta)
+    c, eta_q = _rrp_terms(phi, eta, deserted_mass, theta)
+    deltas = _pair_deltas(c, eta_q, epsilon)
     return RealizedLDP(epsilon=epsilon, delta=float(deltas.max()), target_delta=target_delta,
-                       epsilon_at_target=float(epsilons.max()),
+                       epsilon_at_target=float(_pair_epsilons(c, eta_q, target_delta).max()),
                        covered_words=float((deltas.max(axis=0) <= target_delta + 1e-12).mean()))
 
 

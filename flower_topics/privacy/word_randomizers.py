@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -182,7 +183,33 @@ def _positions(domain: np.ndarray, size: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TruncatedKRR:
+class _KRROnTruncatedDomain:
+    """kRR over the truncated vocabulary ``T`` (:func:`truncated_domain`): what both t-kRRs share."""
+
+    epsilon: float
+    delta: float
+    prior: np.ndarray
+
+    @cached_property
+    def domain(self) -> np.ndarray:
+        """Word ids of ``T``, most frequent first."""
+        return truncated_domain(self.prior, self.delta)
+
+    def _krr(self) -> KRR:
+        return KRR(self.epsilon, int(self.domain.size))
+
+    def _positions(self, words: np.ndarray | int) -> np.ndarray:
+        """Position of each word in ``T`` (-1 outside)."""
+        return _positions(self.domain, np.asarray(self.prior).size)[words]
+
+    @property
+    def eta(self) -> float:
+        """Probability that a word of ``T`` is replaced."""
+        return self._krr().eta
+
+
+@dataclass(frozen=True)
+class TruncatedKRR(_KRROnTruncatedDomain):
     """t-kRR, the paper's truncated kRR baseline (Section 6): eps-LDP on ``T`` only.
 
     The truncated vocabulary ``T`` (:func:`truncated_domain`) holds the most frequent
@@ -210,16 +237,10 @@ class TruncatedKRR:
         Prior mass left out of ``T``.
     prior : np.ndarray
         ``(V,)`` public word marginal (need not be normalised).
+
+    Its ``eta`` is the probability that a word of ``T`` is replaced (a tail word never
+    is): a word drawn from the prior is replaced with probability ``eta * (1 - tail_mass)``.
     """
-
-    epsilon: float
-    delta: float
-    prior: np.ndarray
-
-    @property
-    def domain(self) -> np.ndarray:
-        """Word ids of ``T``, most frequent first."""
-        return truncated_domain(self.prior, self.delta)
 
     @property
     def tail_mass(self) -> float:
@@ -227,42 +248,28 @@ class TruncatedKRR:
         prior = np.asarray(self.prior, dtype=float)
         return float(1.0 - prior[self.domain].sum() / prior.sum())
 
-    def _krr(self) -> KRR:
-        return KRR(self.epsilon, int(self.domain.size))
-
-    @property
-    def eta(self) -> float:
-        """Probability that a word of ``T`` is replaced (a tail word never is).
-
-        The probability that a word drawn from the prior is replaced is
-        ``eta * (1 - tail_mass)``.
-        """
-        return self._krr().eta
-
     def perturb(self, words: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Perturb ``words``: kRR over ``T`` for words of ``T``, tail words unchanged."""
         words = np.asarray(words, dtype=np.int64)
-        domain = self.domain
-        pos = _positions(domain, np.asarray(self.prior).size)[words]
+        pos = self._positions(words)
         inside = pos >= 0
         out = words.copy()
-        out[inside] = domain[self._krr().perturb(pos[inside], rng)]
+        out[inside] = self.domain[self._krr().perturb(pos[inside], rng)]
         return out
 
     def output_distribution(self, word: int) -> np.ndarray:
         """Exact ``Pr[A(word) = v]``: kRR over ``T``, or a point mass on a tail word."""
-        domain = self.domain
         dist = np.zeros(np.asarray(self.prior).size)
-        pos = int(_positions(domain, dist.size)[word])
+        pos = int(self._positions(word))
         if pos < 0:
             dist[word] = 1.0
         else:
-            dist[domain] = self._krr().output_distribution(pos)
+            dist[self.domain] = self._krr().output_distribution(pos)
         return dist
 
 
 @dataclass(frozen=True)
-class TailToUniformKRR:
+class TailToUniformKRR(_KRROnTruncatedDomain):
     """kRR over the truncated vocabulary with tail words mapped into it: pure eps-LDP.
 
     A variant of the paper's t-kRR (:class:`TruncatedKRR`) with no failure event. The
@@ -284,38 +291,21 @@ class TailToUniformKRR:
         ``(V,)`` public word marginal (need not be normalised).
     """
 
-    epsilon: float
-    delta: float
-    prior: np.ndarray
-
-    @property
-    def domain(self) -> np.ndarray:
-        """Word ids of ``T``, most frequent first."""
-        return truncated_domain(self.prior, self.delta)
-
-    def _krr(self) -> KRR:
-        return KRR(self.epsilon, int(self.domain.size))
-
-    @property
-    def eta(self) -> float:
-        """Probability that a word of ``T`` is replaced."""
-        return self._krr().eta
-
     def perturb(self, words: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Perturb ``words``."""
         domain = self.domain
-        pos = _positions(domain, np.asarray(self.prior).size)[np.asarray(words, dtype=np.int64)]
+        pos = self._positions(np.asarray(words, dtype=np.int64))
         outside = pos < 0
         pos[outside] = rng.integers(0, domain.size, size=int(outside.sum()))
         return domain[self._krr().perturb(pos, rng)]
 
     def output_distribution(self, word: int) -> np.ndarray:
         """Exact ``Pr[A(word) = v]``."""
-        domain, krr = self.domain, self._krr()
+        domain = self.domain
         dist = np.zeros(np.asarray(self.prior).size)
-        pos = int(_positions(domain, dist.size)[word])
+        pos = int(self._positions(word))
         if pos >= 0:
-            dist[domain] = krr.output_distribution(pos)
+            dist[domain] = self._krr().output_distribution(pos)
         else:  # the average of kRR's rows: uniform over T
             dist[domain] = 1.0 / domain.size
         return dist

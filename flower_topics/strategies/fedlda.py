@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, Mapping, Sequence
-
 from logging import WARNING
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message
@@ -40,10 +39,9 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
-from flower_topics.privacy import compose, word_randomizer, zipf_fit
+from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
 from flower_topics.privacy.report import PrivacyReport
-from flower_topics.privacy.word_randomizers import WordRandomizer
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.protocol import ReplySpec
@@ -51,15 +49,9 @@ from flower_topics.wire.protocol import ReplySpec
 ZIPF_TOP_RANKS = 200
 
 
-def round_randomizer(settings: wire.FedLDASettings, phi: np.ndarray) -> WordRandomizer | None:
-    """The randomizer the parties apply in a round on ``phi`` (None without a mechanism)."""
-    return word_randomizer(settings.mechanism, epsilon=settings.epsilon, delta=settings.delta,
-                           gamma=settings.gamma, phi=phi)
-
-
 def replacement_probability(settings: wire.FedLDASettings, phi: np.ndarray) -> float:
     """eta: the probability that the mechanism replaces a tuple's word (0 without one; see each randomizer)."""
-    randomizer = round_randomizer(settings, phi)
+    randomizer = settings.randomizer(phi)
     return 0.0 if randomizer is None else float(randomizer.eta)
 
 
@@ -136,7 +128,7 @@ class FedLDA(TopicStrategy):
                         ) -> Iterable[Message]:
         """Compute phi of the round's counts, then message the sampled nodes."""
         self.last_phi = clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.beta)
-        randomizer = round_randomizer(self.fedlda, self.last_phi)
+        randomizer = self.fedlda.randomizer(self.last_phi)
         if randomizer is not None:
             self.last_realized = realized_ldp(randomizer, self.last_phi, claimed_delta(self.fedlda))
         messages = list(super().configure_train(server_round, arrays, config, grid))

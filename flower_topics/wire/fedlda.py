@@ -18,7 +18,7 @@ import numpy as np
 
 from flower_topics.models.update_tuples import DUMMY_KINDS, sample_sizes
 from flower_topics.options import Option, at_least, in_range, one_of, positive
-from flower_topics.privacy.word_randomizers import MECHANISMS
+from flower_topics.privacy.word_randomizers import MECHANISMS, WordRandomizer, word_randomizer
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "fedlda"
@@ -126,6 +126,10 @@ class FedLDASettings:
             dummies=str(record["fedlda.dummy-tuples"]),
             resend_replaced=bool(record["fedlda.resend-replaced"]),
         )
+
+    def randomizer(self, phi: np.ndarray) -> WordRandomizer | None:
+        """The word randomizer of a round on ``phi`` (None without a mechanism), the same on both sides."""
+        return word_randomizer(self.mechanism, epsilon=self.epsilon, delta=self.delta, gamma=self.gamma, phi=phi)
 
     def to_record(self) -> dict[str, Any]:
         """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
