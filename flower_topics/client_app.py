@@ -50,9 +50,11 @@ from flower_topics.wire.protocol import ARRAYS, BAD_INPUT, CONFIG, METRICS, SEND
 S = TypeVar("S")
 PARTITION_KEYS = ("partition", "dirichlet-alpha", "partition-sizes", "label-groups")
 #: Node-config keys a local step sees, as ``party.<key>`` beside the server's settings.
-PARTY_KEYS = ("partition-id", "local-topics")
+PARTY_KEYS = ("partition-id", "local-topics", "max-epsilon")
 #: Where a node keeps the agreed vocabulary in ``context.state``.
 VOCABULARY_STATE = "vocabulary"
+#: Where a node records the (eps, delta) per document its ``private`` vocabulary release spent.
+SPENT_STATE = "privacy-spent"
 
 
 def data_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -160,6 +162,9 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     """Run ``spec``'s local step on this node's training documents, keep its state, and reply with its update."""
     options = node_options(context.node_config)
     party = {f"party.{key}": options[key] for key in PARTY_KEYS if key in options}
+    if SPENT_STATE in context.state.config_records:  # what this party's own vocabulary release spent
+        spent = context.state[SPENT_STATE]
+        party.update({"party.spent-epsilon": float(spent["epsilon"]), "party.spent-delta": float(spent["delta"])})
     settings = ConfigRecord({**dict(msg.content[CONFIG]), **party})
     corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
     step = spec.local_step()
@@ -188,6 +193,8 @@ def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -
                                          float(request["delta"]), int(request["max-words"]), rng,
                                          noise=str(request["noise"]))
         words, metrics, curated = tuple(documents.corpus.vocabulary[i] for i in ids), {}, False
+        context.state[SPENT_STATE] = ConfigRecord({"epsilon": float(request["epsilon"]),
+                                                   "delta": float(request["delta"])})
     else:
         candidates = documents.candidates()
         words, counts, curated = candidates.words, candidates.doc_freq, candidates.curated

@@ -162,6 +162,7 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
     for key, value in raw.items():
         config[key] = coerce(key, value, OPTIONS[key])
     _check_consistency(config)
+    get_method(str(config["method"])).check(config)
     return config
 
 

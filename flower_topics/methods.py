@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from flower_topics.errors import UserInputError
 from flower_topics.options import Option
-from flower_topics.wire import fedlda, ftm, lda, ntm, pctd
+from flower_topics.wire import dplda, fedlda, ftm, lda, ntm, pctd
 
 if TYPE_CHECKING:
     from flower_topics.clients.base import LocalStep
@@ -74,6 +74,13 @@ class MethodSpec:
         """Its strategy for a validated run config and the run's vocabulary."""
         return _load(self.strategy).from_config(config, vocabulary)
 
+    def check(self, config: Mapping[str, Any]) -> None:
+        """What a run of this method needs of a validated run config beyond each key's range
+        (the wire module's ``check_config``, when it has one); raises UserInputError."""
+        check_config = getattr(self.protocol, "check_config", None)
+        if check_config is not None:
+            check_config(config)
+
     def local_step(self) -> "LocalStep":
         """Its party side (imported on first use)."""
         return _load(self.client)
@@ -97,6 +104,9 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
                ftm, "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP", private=True),
     MethodSpec("ntm", "gFedNTM (Calvo-Bartolome and Arenas-Garcia 2023): Sync-Opt of ProdLDA/CTM, DP-SGD",
                ntm, "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP", private=True),
+    MethodSpec("dplda", "DP-SVI (Park et al. 2016): Poisson-sampled documents, clipped expected counts, Gaussian "
+               "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
+               "flower_topics.clients.dplda:STEP", private=True),
 )})
 
 

@@ -51,6 +51,8 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
     "secret-seed": Option(-1, "a secret seed for this party's privacy randomness (-1 = OS entropy)"),
     "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)"),
+    "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
+                          "release over it whatever the server says (0 = the run's dplda.epsilon)"),
     "partition-id": Option(0, "simulation: this node's share of the run config's dataset"),
     "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into"),
 }

@@ -1,0 +1,130 @@
+"""Party side of ``dplda``: one DP-SVI release per round (Park, Foulds, Chaudhuri and Welling 2016).
+
+Each round the party (Park et al. 2016, Algorithm 1, the steps inside one iteration):
+
+1. includes each of its training documents independently with probability ``q`` (Poisson
+   sampling, the premise of the amplification the accountant uses), with its secret randomness;
+2. runs the E-step of online LDA against the global ``lambda`` for the included documents
+   (:func:`flower_topics.models.svi.e_step`; Hoffman, Blei and Bach 2010, eqs. 2-3);
+3. scales each document's expected-count statistic ``s_d = n_dw phi_dwk`` to L2 norm at most
+   ``C`` and sums them;
+4. adds ``N(0, (sigma C)^2)`` to every one of the ``K x V`` cells, with its secret randomness,
+   and sends that one matrix.
+
+Nothing else leaves the party: not the number of documents sampled or held, not theta, not a
+metric. The randomness of steps 1 and 4 is drawn fresh for every release from the party's
+secret seed and its own release counter (never from the round number the server sends, so
+that a server that repeats a round cannot get the same noise twice).
+
+The party keeps its own accountant: the (sigma, q) of every release it made in this run. It
+refuses a release (BAD_INPUT, one line) that would take its own document-level epsilon,
+composed with what its vocabulary release spent, over the run's target or over its own cap
+(node config ``max-epsilon``), whatever the server's arithmetic says; and a round whose
+expected sample ``q x documents`` is below one document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord
+
+from flower_topics.clients.base import LocalStep, Update
+from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
+from flower_topics.models import svi
+from flower_topics.wire import dplda as wire
+
+#: Settings keys the ClientApp adds for this party (from its node config and its own agreement release).
+PARTY_CAP = "party.max-epsilon"
+PARTY_BEFORE_EPSILON = "party.spent-epsilon"
+PARTY_BEFORE_DELTA = "party.spent-delta"
+
+
+@dataclass
+class DPLDAClientState:
+    """What a party keeps between rounds (``context.state``).
+
+    Parameters
+    ----------
+    releases : np.ndarray
+        ``n x 2``: the noise multiplier and sampling rate of each release it made.
+    """
+
+    releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+
+
+def check_lambda(lam: np.ndarray, settings: wire.DPLDASettings, n_words: int) -> np.ndarray:
+    """The server's ``lambda`` as float64, or one line saying why the party cannot use it."""
+    if lam.shape != (settings.n_topics, n_words):
+        raise UserInputError(f"the server's topic parameters have shape {lam.shape}, expected "
+                             f"({settings.n_topics}, {n_words})")
+    lam = np.asarray(lam, dtype=np.float64)
+    if not np.all(np.isfinite(lam)) or not np.all(lam > 0):
+        raise UserInputError("the server's topic parameters must be finite and positive")
+    return lam
+
+
+def party_epsilon(releases: np.ndarray, delta: float) -> float:
+    """This party's epsilon at ``delta`` over its releases (RDP, dp-accounting), each (sigma, q)."""
+    from flower_topics.privacy.accountant import releases_epsilon
+
+    return releases_epsilon(releases, delta)
+
+
+def release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings, rng: np.random.Generator
+            ) -> np.ndarray:
+    """One noisy statistic: Poisson sample, E-step, per-document clipping, sum, Gaussian noise.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        The party's training documents.
+    lam : np.ndarray
+        ``K x V`` global topic parameters.
+    settings : DPLDASettings
+        ``q``, ``C``, ``sigma``, alpha and the E-step iterations.
+    rng : np.random.Generator
+        The party's secret randomness (sampling and noise).
+
+    Returns
+    -------
+    np.ndarray
+        ``K x V`` float64: the clipped sum plus ``N(0, (sigma C)^2)`` per cell.
+    """
+    included = np.flatnonzero(rng.random(corpus.n_docs) < settings.sample_rate)
+    counts = svi.document_counts(corpus)[included]
+    statistic = svi.e_step(lam, counts, alpha=settings.alpha, clip=settings.clip,
+                           max_iter=settings.e_step_iterations).statistic
+    return statistic + rng.normal(0.0, settings.noise_multiplier * settings.clip, size=statistic.shape)
+
+
+def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: DPLDAClientState,
+               seed: int) -> Update:
+    """One round of ``dplda``: the noisy statistic of this party's Poisson sample, nothing else."""
+    settings = wire.DPLDASettings.from_record(config)
+    lam = check_lambda(arrays[wire.LAMBDA_KEY].numpy(), settings, corpus.n_words)
+    expected = settings.sample_rate * corpus.n_docs
+    if expected < 1.0:
+        raise UserInputError(f"this party has {corpus.n_docs} training documents: with sample rate "
+                             f"{settings.sample_rate:g} a round samples {expected:.2f} on average (< 1)")
+    before_eps, before_delta = float(config.get(PARTY_BEFORE_EPSILON, 0.0)), float(config.get(PARTY_BEFORE_DELTA, 0.0))
+    cap = settings.epsilon if float(config.get(PARTY_CAP, 0.0)) <= 0 else min(settings.epsilon,
+                                                                                float(config[PARTY_CAP]))
+    releases = np.vstack([state.releases, [[settings.noise_multiplier, settings.sample_rate]]])
+    if before_delta >= settings.delta:
+        raise UserInputError(f"the vocabulary release spent delta {before_delta:g}, the run's target is "
+                             f"{settings.delta:g}")
+    spent = before_eps + party_epsilon(releases, settings.delta - before_delta)
+    if spent > cap * (1.0 + 1e-9):
+        raise UserInputError(f"this release would take the party to eps {spent:.4g} per document, over its cap "
+                             f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases)]))
+    noisy = release(corpus, lam, settings, rng)
+    state.releases = releases
+    return {wire.STATISTIC_KEY: noisy.astype(np.float32)}, {}
+
+
+#: The party side of ``dplda``.
+STEP = LocalStep(state=DPLDAClientState, run=local_step)

@@ -1,0 +1,165 @@
+"""Stochastic variational inference for LDA (Hoffman, Blei and Bach, NIPS 2010, "online LDA"),
+with the per-document clipping that DP-SVI needs (Park, Foulds, Chaudhuri and Welling 2016).
+
+The global variational parameter is ``lambda`` (``K x V``), the Dirichlet parameters of the
+topics: ``q(beta_k) = Dir(lambda_k)``. A document ``d`` has its own ``gamma_d`` (``K``) and
+responsibilities ``phi_dwk``; these never leave the party that holds ``d``.
+
+Local step (Hoffman et al. 2010, Algorithm 2, the E-step of eqs. 2-3; Park et al. 2016,
+Algorithm 1, "compute the expected sufficient statistics"), for every document of a batch
+at once, over the non-zero ``n_dw`` of its document-term matrix:
+
+.. math::
+
+    \\phi_{dwk} \\propto \\exp\\{E_q[\\log\\theta_{dk}] + E_q[\\log\\beta_{kw}]\\}, \\qquad
+    \\gamma_{dk} = \\alpha + \\sum_w n_{dw}\\,\\phi_{dwk},
+
+iterated until the mean change of ``gamma`` is below ``tol``; then each document's expected
+sufficient statistic ``s_d[k, w] = n_dw phi_dwk`` (``K x V``, sparse in ``w``).
+
+Clipping (Park et al. 2016, Section 3: the sensitivity of the summed expected sufficient
+statistics): each ``s_d`` is scaled to Frobenius norm at most ``C``,
+``s_d <- s_d min(1, C / ||s_d||_2)``, so that adding or removing one document changes the
+sum ``S = sum_d s_d`` by at most ``C`` in L2 norm. The sum is what a party releases (with
+Gaussian noise of standard deviation ``sigma C``; :mod:`flower_topics.clients.dplda`).
+
+Global step (Hoffman et al. 2010, Algorithm 2 and eq. 7; Park et al. 2016, Algorithm 1):
+with ``S`` the noisy sum over a Poisson sample in which every document is included with
+probability ``q``, ``S / q`` is an unbiased estimate of the full-corpus statistic and
+
+.. math::
+
+    \\tilde\\lambda = \\eta + S / q, \\qquad
+    \\lambda \\leftarrow (1 - \\rho_t)\\lambda + \\rho_t\\tilde\\lambda, \\qquad
+    \\rho_t = (\\tau_0 + t)^{-\\kappa}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import digamma
+
+from flower_topics.data.corpus import Corpus
+
+
+def expected_log_dirichlet(parameters: np.ndarray) -> np.ndarray:
+    """``E[log x]`` under ``Dir(parameters)``, row by row: ``psi(a_i) - psi(sum_j a_j)``."""
+    return digamma(parameters) - digamma(parameters.sum(axis=-1, keepdims=True))
+
+
+@dataclass(frozen=True)
+class ExpectedStatistics:
+    """The clipped expected sufficient statistics of a batch of documents.
+
+    Parameters
+    ----------
+    statistic : np.ndarray
+        ``K x V`` float64: ``sum_d min(1, C / ||s_d||) s_d``.
+    norms : np.ndarray
+        The Frobenius norm of each document's ``s_d`` before clipping.
+    gamma : np.ndarray
+        ``D x K`` variational document-topic parameters.
+    clip : float or None
+        The clip norm ``C`` (None: not clipped).
+    """
+
+    statistic: np.ndarray
+    norms: np.ndarray
+    gamma: np.ndarray
+    clip: float | None
+
+    @property
+    def clipped_fraction(self) -> float:
+        """Share of the batch's documents whose statistic was scaled down (0 for an empty batch)."""
+        if self.clip is None or self.norms.size == 0:
+            return 0.0
+        return float(np.mean(self.norms > self.clip))
+
+
+def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float | None,
+           max_iter: int = 100, tol: float = 1e-3) -> ExpectedStatistics:
+    """The local E-step of online LDA for a batch of documents, with per-document clipping.
+
+    Parameters
+    ----------
+    lam : np.ndarray
+        ``K x V`` topic Dirichlet parameters (all entries > 0).
+    counts : scipy.sparse.csr_matrix
+        ``D x V`` document-term counts of the batch.
+    alpha : float
+        Symmetric document-topic Dirichlet prior, > 0.
+    clip : float or None
+        ``C``: each document's statistic is scaled to Frobenius norm at most ``C``;
+        None leaves it as it is (non-private SVI).
+    max_iter : int, default 100
+        Most ``gamma`` iterations (Hoffman et al. use 100).
+    tol : float, default 1e-3
+        Stop when the mean absolute change of ``gamma`` per entry falls below it.
+
+    Returns
+    -------
+    ExpectedStatistics
+    """
+    if lam.ndim != 2 or lam.shape[1] != counts.shape[1]:
+        raise ValueError(f"lambda has shape {lam.shape}, the counts have {counts.shape[1]} columns")
+    if not np.all(lam > 0):
+        raise ValueError("lambda must be positive")
+    if clip is not None and not clip > 0:
+        raise ValueError("the clip norm must be > 0")
+    n_topics = lam.shape[0]
+    counts = sp.csr_matrix(counts, dtype=np.float64, copy=True)
+    counts.sum_duplicates()
+    counts.eliminate_zeros()
+    n_docs = counts.shape[0]
+    rows = np.repeat(np.arange(n_docs), np.diff(counts.indptr))
+    n_dw = counts.data.copy()
+    exp_elog_beta = np.exp(expected_log_dirichlet(lam))
+    beta_t = np.ascontiguousarray(exp_elog_beta.T)
+    beta_at = beta_t[counts.indices]  # nnz x K
+    lengths = np.asarray(counts.sum(axis=1)).ravel()
+    gamma = np.repeat((alpha + lengths / n_topics)[:, None], n_topics, axis=1)
+    ratio = counts.copy()
+    for _ in range(max_iter):
+        exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
+        norm = np.einsum("nk,nk->n", exp_elog_theta[rows], beta_at)
+        ratio.data = n_dw / norm
+        new_gamma = alpha + exp_elog_theta * (ratio @ beta_t)
+        change = np.mean(np.abs(new_gamma - gamma)) if new_gamma.size else 0.0
+        gamma = new_gamma
+        if change < tol:
+            break
+    exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
+    resp = exp_elog_theta[rows] * beta_at
+    resp /= resp.sum(axis=1, keepdims=True)
+    entries = resp * n_dw[:, None]  # nnz x K: n_dw phi_dwk
+    norms = np.sqrt(np.bincount(rows, weights=np.einsum("nk,nk->n", entries, entries), minlength=n_docs))
+    if clip is not None:
+        scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+        entries *= scale[rows][:, None]
+    spread = sp.csr_matrix((np.ones(rows.size), (counts.indices, np.arange(rows.size))),
+                           shape=(counts.shape[1], rows.size))
+    statistic = np.ascontiguousarray((spread @ entries).T)
+    return ExpectedStatistics(statistic, norms, gamma, clip)
+
+
+def document_counts(corpus: Corpus) -> sp.csr_matrix:
+    """The ``D x V`` float64 document-term counts of a corpus."""
+    return sp.csr_matrix(corpus.doc_term_matrix(), dtype=np.float64)
+
+
+def step_size(t: int, tau0: float, kappa: float) -> float:
+    """``rho_t = (tau0 + t)^(-kappa)`` (Hoffman et al. 2010, Section 2.2), ``t`` counted from 0."""
+    return float((tau0 + t) ** -kappa)
+
+
+def natural_gradient_step(lam: np.ndarray, estimate: np.ndarray, rho: float) -> np.ndarray:
+    """``(1 - rho) lambda + rho lambda_tilde`` (Hoffman et al. 2010, Algorithm 2)."""
+    return (1.0 - rho) * lam + rho * estimate
+
+
+def initial_lambda(n_topics: int, n_words: int, seed: int) -> np.ndarray:
+    """The public initial ``lambda``: Gamma(100, 1/100) entries (Hoffman et al.'s initialization) from ``seed``."""
+    return np.random.default_rng(seed).gamma(100.0, 0.01, size=(n_topics, n_words))

@@ -1,0 +1,171 @@
+"""Wire protocol of ``dplda``: differentially private stochastic variational LDA.
+
+The method of Park, Foulds, Chaudhuri and Welling 2016 ("Private topic modeling", arXiv
+1609.04120; DP-SVI for LDA) on the federation: online LDA (Hoffman, Blei and Bach 2010)
+whose every release is a sum of per-document expected sufficient statistics over a Poisson
+sample of a party's documents, each clipped to L2 norm ``C``, plus Gaussian noise.
+
+Server to party: the global topic parameters ``lambda`` (``K x V`` float32,
+:data:`LAMBDA_KEY`) and :class:`DPLDASettings` (K, alpha, the sampling rate, the clip norm,
+the noise multiplier and the whole-run target it was derived from). Party to server: its
+noisy statistic (``K x V`` float32, :data:`STATISTIC_KEY`) and nothing else: no document
+count, no batch size, no metric.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
+
+from flower_topics.errors import UserInputError
+from flower_topics.options import Option, at_least, in_range, positive
+from flower_topics.wire.protocol import ArraySpec, ReplySpec
+
+if TYPE_CHECKING:
+    from flower_topics.privacy.accountant import Budget
+
+METHOD = "dplda"
+LAMBDA_KEY = "topic-parameters"
+STATISTIC_KEY = "noisy-statistic"
+
+#: The options of ``dplda`` (run-config keys ``dplda.<name>``).
+OPTIONS: Mapping[str, Option] = {
+    "epsilon": Option(3.0, "whole-run epsilon per document (vocabulary agreement and every round composed)",
+                      positive),
+    "delta": Option(1e-5, "whole-run delta per document", in_range(0, 1, low_open=True, high_open=True)),
+    "sample-rate": Option(0.2, "q: each round a party includes each of its documents with this probability "
+                          "(Poisson sampling)", in_range(0, 1, low_open=True)),
+    "clip": Option(2.0, "C: each document's expected-count statistic is scaled to L2 norm at most C", positive),
+    "tau0": Option(1.0, "step size rho_t = (tau0 + t)^-kappa: delay tau0", at_least(0)),
+    "kappa": Option(0.7, "step size rho_t = (tau0 + t)^-kappa: forgetting rate kappa", in_range(0.5, 1)),
+    "threshold": Option(2.0, "post-processing: cells of the round's summed statistic below this many noise "
+                        "standard deviations are set to 0 (0 = only negative cells)", at_least(0)),
+    "e-step-iterations": Option(100, "most gamma iterations of a party's E-step", at_least(1)),
+}
+
+
+@dataclass(frozen=True)
+class DPLDASettings:
+    """What the server tells every party about a ``dplda`` round.
+
+    Parameters
+    ----------
+    n_topics : int
+        K.
+    alpha : float
+        Symmetric document-topic Dirichlet prior of the E-step.
+    sample_rate : float
+        ``q``: each document's inclusion probability in a round.
+    clip : float
+        ``C``: L2 bound of one document's statistic.
+    noise_multiplier : float
+        ``sigma``: the party adds ``N(0, (sigma C)^2)`` to every cell.
+    epsilon, delta : float
+        The whole-run target per document that ``sigma`` was derived from.
+    e_step_iterations : int
+        Most gamma iterations of the E-step.
+    """
+
+    n_topics: int
+    alpha: float
+    sample_rate: float
+    clip: float
+    noise_multiplier: float
+    epsilon: float
+    delta: float
+    e_step_iterations: int = 100
+
+    def __post_init__(self) -> None:
+        if self.n_topics < 1 or not self.alpha > 0:
+            raise ValueError("n_topics must be >= 1 and alpha > 0")
+        if not 0 < self.sample_rate <= 1 or not self.clip > 0 or not self.noise_multiplier > 0:
+            raise ValueError("need 0 < sample_rate <= 1, clip > 0 and noise_multiplier > 0")
+        if not self.epsilon > 0 or not 0 < self.delta < 1 or self.e_step_iterations < 1:
+            raise ValueError("need epsilon > 0, 0 < delta < 1 and e_step_iterations >= 1")
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "DPLDASettings":
+        """Settings from a round's ConfigRecord (or a run config with ``dplda.noise-multiplier`` filled in)."""
+        return cls(n_topics=int(record["num-topics"]), alpha=float(record["alpha"]),
+                   sample_rate=float(record["dplda.sample-rate"]), clip=float(record["dplda.clip"]),
+                   noise_multiplier=float(record["dplda.noise-multiplier"]),
+                   epsilon=float(record["dplda.epsilon"]), delta=float(record["dplda.delta"]),
+                   e_step_iterations=int(record["dplda.e-step-iterations"]))
+
+    def to_record(self) -> dict[str, Any]:
+        """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
+        return {"num-topics": self.n_topics, "alpha": self.alpha, "dplda.sample-rate": self.sample_rate,
+                "dplda.clip": self.clip, "dplda.noise-multiplier": self.noise_multiplier,
+                "dplda.epsilon": self.epsilon, "dplda.delta": self.delta,
+                "dplda.e-step-iterations": self.e_step_iterations}
+
+
+#: The settings class (what every party of a round receives).
+SETTINGS = DPLDASettings
+
+
+def reply_spec(settings: DPLDASettings, vocab_size: int) -> ReplySpec:
+    """A valid reply: one finite ``K x V`` float statistic, no metrics."""
+    shape = (settings.n_topics, vocab_size)
+    return ReplySpec(METHOD, {STATISTIC_KEY: ArraySpec("floating", shape, what="noisy expected-count statistic")},
+                     metrics=(), max_bytes=8 * shape[0] * shape[1] + (1 << 16))
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """What a ``dplda`` run needs before round 1 (one line each).
+
+    Raises
+    ------
+    UserInputError
+        With ``vocabulary='union'`` (it publishes every party's words and their exact
+        document frequencies, outside any accountant), with ``federated-eval=true`` (the
+        parties' evaluation sums are not accounted), or when the whole-run target cannot be
+        reached with these settings.
+    """
+    if str(config["vocabulary"]) == "union":
+        raise UserInputError("dplda needs an accounted vocabulary: vocabulary='private' (accounted) or the path of "
+                             "a public vocabulary file; 'union' publishes every party's words with their document "
+                             "frequencies")
+    if bool(config["federated-eval"]):
+        raise UserInputError("dplda: federated-eval=true would release the parties' evaluation sums outside the "
+                             "accountant; set federated-eval=false and score the final model with "
+                             "`flower-topics evaluate` on documents you may use")
+    noise_multiplier(config)
+
+
+def budget(config: Mapping[str, Any]) -> "Budget":
+    """The run's whole-run target, with what the vocabulary agreement spends on the same documents.
+
+    The ``private`` agreement's (eps, delta) per document follows from the run config alone
+    (``vocabulary-epsilon``, ``vocabulary-delta``); a public vocabulary file spends nothing.
+    """
+    from flower_topics.privacy.accountant import Budget
+
+    private = str(config["vocabulary"]) == "private"
+    return Budget(float(config["dplda.epsilon"]), float(config["dplda.delta"]),
+                  float(config["vocabulary-epsilon"]) if private else 0.0,
+                  float(config["vocabulary-delta"]) if private else 0.0)
+
+
+def noise_multiplier(config: Mapping[str, Any]) -> float:
+    """``sigma`` that spends what the vocabulary leaves of the target over ``num-rounds`` rounds.
+
+    Raises
+    ------
+    UserInputError
+        When the target cannot be reached (one line).
+    """
+    return _calibrate(*budget(config).for_rounds(), float(config["dplda.sample-rate"]), int(config["num-rounds"]))
+
+
+@functools.lru_cache(maxsize=32)
+def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int) -> float:
+    from flower_topics.privacy.accountant import noise_multiplier as calibrate
+
+    return calibrate(epsilon, delta, sample_rate, rounds)
+
+
+def settings(config: Mapping[str, Any]) -> DPLDASettings:
+    """The settings every party receives, from a validated run config (sigma calibrated)."""
+    return DPLDASettings.from_record({**config, "dplda.noise-multiplier": noise_multiplier(config)})
