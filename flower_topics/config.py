@@ -115,7 +115,7 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "eval-alpha": Option(0.01, "symmetric alpha of the theta fold-in", positive),
         "eval-labels": Option(True, "also NMI and purity in the last round, when the parties have labels"),
         "federated-eval": Option(True, "score the model on the parties' documents every eval-every rounds "
-                                 "(what this releases: README, 'What leaves a party')"),
+                                 "(what this releases: docs/privacy.md)"),
     }
 )
 
@@ -155,7 +155,7 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
     if unknown:
         hints = [f"{key} (did you mean {' or '.join(_close_keys(key))}?)" if _close_keys(key) else key
                  for key in unknown]
-        raise UserInputError(f"unknown run-config key(s) {', '.join(hints)}; the README lists every key")
+        raise UserInputError(f"unknown run-config key(s) {', '.join(hints)}; docs/outputs-and-api.md lists every key")
     if "method" in raw:
         get_method(str(raw["method"]))  # an unknown method is one line naming the registered ones
     config = defaults()
@@ -201,7 +201,7 @@ def pyproject_tables() -> dict[str, Any]:
 
 
 def options_table() -> str:
-    """The README's table of options (Markdown), from the schema and the registry."""
+    """The table of every option (Markdown; docs/outputs-and-api.md holds it), from the schema and the registry."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key, opt in OPTIONS.items():
         lines.append(f"| `{key}` | `{opt.default!r}` | {opt.help.replace('|', '/')} |")

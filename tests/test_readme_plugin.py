@@ -1,4 +1,4 @@
-"""The README's "Plugging a strategy into your own ServerApp" runs as written, on the simulation engine."""
+"""docs/outputs-and-api.md's "Plugging a strategy into your own ServerApp" runs as written, on the simulation engine."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _section_code() -> tuple[str, list[str]]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "outputs-and-api.md").read_text()
     section = text.split("## Plugging a strategy into your own ServerApp", 1)[1].split("\n## ", 1)[0]
     app_code, alternatives = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     return app_code, [line for line in alternatives.splitlines() if line.strip()]
@@ -30,7 +30,7 @@ def test_each_readme_strategy_runs_against_the_package_client_app(capsys):
     mains, done = [], []
     for line in [original, *alternatives]:
         namespace: dict = {}
-        exec(compile(app_code.replace(original, line), "README.md", "exec"), namespace)  # noqa: S102 - the README's code
+        exec(compile(app_code.replace(original, line), "outputs-and-api.md", "exec"), namespace)  # noqa: S102 - the docs' code
         assert isinstance(namespace["app"], ServerApp)
         mains.append((line.split("(")[0].split("=")[1].strip(), namespace["main"]))
 
