@@ -14,7 +14,7 @@ at once, over the non-zero ``n_dw`` of its document-term matrix:
     \\phi_{dwk} \\propto \\exp\\{E_q[\\log\\theta_{dk}] + E_q[\\log\\beta_{kw}]\\}, \\qquad
     \\gamma_{dk} = \\alpha + \\sum_w n_{dw}\\,\\phi_{dwk},
 
-iterated until the mean change of ``gamma`` is below ``tol``; then each document's expected
+iterated for each document until the mean change of its ``gamma`` is below ``tol``; then each document's expected
 sufficient statistic ``s_d[k, w] = n_dw phi_dwk`` (``K x V``, sparse in ``w``).
 
 Clipping (Park et al. 2016, Section 3: the sensitivity of the summed expected sufficient
@@ -97,7 +97,8 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     max_iter : int, default 100
         Most ``gamma`` iterations (Hoffman et al. use 100).
     tol : float, default 1e-3
-        Stop when the mean absolute change of ``gamma`` per entry falls below it.
+        A document stops when the mean absolute change of its ``gamma`` falls below it (each
+        document on its own, so that its statistic depends on no other document).
 
     Returns
     -------
@@ -122,15 +123,17 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     lengths = np.asarray(counts.sum(axis=1)).ravel()
     gamma = np.repeat((alpha + lengths / n_topics)[:, None], n_topics, axis=1)
     ratio = counts.copy()
+    active = np.ones(n_docs, dtype=bool)  # each document stops on its own: its gamma never depends on another's
     for _ in range(max_iter):
+        if not active.any():
+            break
         exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
         norm = np.einsum("nk,nk->n", exp_elog_theta[rows], beta_at)
         ratio.data = n_dw / norm
         new_gamma = alpha + exp_elog_theta * (ratio @ beta_t)
-        change = np.mean(np.abs(new_gamma - gamma)) if new_gamma.size else 0.0
-        gamma = new_gamma
-        if change < tol:
-            break
+        change = np.mean(np.abs(new_gamma - gamma), axis=1)
+        gamma[active] = new_gamma[active]
+        active &= change >= tol
     exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
     resp = exp_elog_theta[rows] * beta_at
     resp /= resp.sum(axis=1, keepdims=True)

@@ -1,0 +1,234 @@
+"""dplda: the E-step against a per-document reference, the clipping bound, the accountant against
+an independent implementation, the party's release distribution against its per-round bound, and
+the party's refusals (as a hostile server would test them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from flwr.app import Array, ArrayRecord, ConfigRecord
+from scipy.special import digamma
+from scipy.stats import beta as beta_dist
+
+from flower_topics.clients import dplda as client
+from flower_topics.config import parse_run_config
+from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
+from flower_topics.models import svi
+from flower_topics.privacy.accountant import Budget, noise_multiplier, releases_epsilon, rounds_epsilon
+from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings
+
+
+def _corpus(docs: list[list[int]], n_words: int) -> Corpus:
+    tokens = np.concatenate([np.asarray(d, dtype=np.int32) for d in docs]) if docs else np.zeros(0, np.int32)
+    ptr = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    return Corpus(tokens, ptr, tuple(f"w{i}" for i in range(n_words)))
+
+
+def _reference_e_step(lam, doc_counts, alpha, n_iter):
+    """One document at a time, as Hoffman et al.'s Algorithm 2 writes it (dense, a loop over iterations)."""
+    elog_beta = digamma(lam) - digamma(lam.sum(axis=1, keepdims=True))
+    words = np.flatnonzero(doc_counts)
+    n = doc_counts[words]
+    gamma = np.full(lam.shape[0], alpha + n.sum() / lam.shape[0])
+    for _ in range(n_iter):
+        elog_theta = digamma(gamma) - digamma(gamma.sum())
+        log_phi = elog_theta[:, None] + elog_beta[:, words]
+        phi = np.exp(log_phi - log_phi.max(axis=0))
+        phi /= phi.sum(axis=0)
+        gamma = alpha + phi @ n
+    elog_theta = digamma(gamma) - digamma(gamma.sum())
+    log_phi = elog_theta[:, None] + elog_beta[:, words]
+    phi = np.exp(log_phi - log_phi.max(axis=0))
+    phi /= phi.sum(axis=0)
+    stat = np.zeros_like(lam)
+    stat[:, words] = phi * n
+    return gamma, stat
+
+
+def test_the_batched_e_step_equals_the_per_document_algorithm():
+    rng = np.random.default_rng(0)
+    lam = rng.gamma(2.0, 1.0, size=(3, 8)) + 0.1
+    counts = sp.csr_matrix(rng.poisson(0.8, size=(6, 8)).astype(float))
+    counts[4] = 0  # an empty document contributes nothing
+    got = svi.e_step(lam, counts, alpha=0.3, clip=None, max_iter=60, tol=0.0)
+    for d in range(6):
+        gamma, stat = _reference_e_step(lam, counts[d].toarray().ravel(), 0.3, 60)
+        np.testing.assert_allclose(got.gamma[d], gamma, rtol=1e-8)
+        single = svi.e_step(lam, counts[d], alpha=0.3, clip=None, max_iter=60, tol=0.0)
+        np.testing.assert_allclose(single.statistic, stat, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(single.norms[0], np.linalg.norm(stat), rtol=1e-10)
+    # the statistic of the batch is the sum of the documents' and carries every token once
+    assert got.statistic.sum() == pytest.approx(counts.sum())
+
+
+def test_one_document_moves_the_clipped_sum_by_at_most_c():
+    rng = np.random.default_rng(1)
+    lam = rng.gamma(1.0, 1.0, size=(4, 30)) + 0.01
+    counts = sp.csr_matrix(rng.poisson(2.0, size=(20, 30)).astype(float))
+    counts[3] = 0
+    counts[3, 5] = 400.0  # one very long document of a single word
+    for clip in (0.5, 2.0, 50.0):
+        full = svi.e_step(lam, counts, alpha=0.1, clip=clip).statistic
+        for d in range(20):
+            rest = sp.vstack([counts[:d], counts[d + 1:]]).tocsr()
+            without = svi.e_step(lam, rest, alpha=0.1, clip=clip).statistic
+            assert np.linalg.norm(full - without) <= clip * (1 + 1e-9)
+    stats = svi.e_step(lam, counts, alpha=0.1, clip=2.0)
+    assert stats.clipped_fraction == pytest.approx(np.mean(stats.norms > 2.0)) and stats.clipped_fraction > 0.5
+
+
+def test_the_accountant_agrees_with_opacus_and_calibrates_to_the_target():
+    from opacus.accountants import RDPAccountant
+
+    for sigma, q, rounds in [(1.1, 0.01, 1000), (2.2, 0.2, 40), (5.0, 1.0, 10), (0.9, 0.05, 1)]:
+        opacus = RDPAccountant()
+        opacus.history = [(sigma, q, rounds)]
+        assert rounds_epsilon(sigma, q, rounds, 1e-5) == pytest.approx(opacus.get_epsilon(1e-5), rel=0.02)
+    sigma = noise_multiplier(3.0, 1e-5, 0.2, 40)
+    assert rounds_epsilon(sigma, 0.2, 40, 1e-5) <= 3.0
+    assert rounds_epsilon(sigma * 0.99, 0.2, 40, 1e-5) > 3.0
+    # releases of several kinds compose; more releases never spend less
+    mixed = np.array([[sigma, 0.2]] * 20 + [[2 * sigma, 0.1]] * 20)
+    assert rounds_epsilon(sigma, 0.2, 20, 1e-5) < releases_epsilon(mixed, 1e-5) < rounds_epsilon(sigma, 0.2, 40, 1e-5)
+    with pytest.raises(UserInputError, match="no noise level reaches"):
+        noise_multiplier(1e-7, 1e-12, 1.0, 10_000)
+    assert Budget(3.0, 1e-5, 1.0, 1e-6).for_rounds() == pytest.approx((2.0, 9e-6))
+    with pytest.raises(UserInputError, match="leaves nothing"):
+        Budget(3.0, 1e-5, 4.0, 1e-6).for_rounds()
+
+
+def _settings(**kw) -> DPLDASettings:
+    values = dict(n_topics=2, alpha=0.1, sample_rate=0.5, clip=1.0, noise_multiplier=1.0, epsilon=3.0, delta=1e-5)
+    values.update(kw)
+    return DPLDASettings(**values)
+
+
+def _exceedance(samples: np.ndarray, thresholds: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson (lower, upper) bounds of P[X > t] for each threshold."""
+    n = samples.size
+    k = (samples[None, :] > thresholds[:, None]).sum(axis=1)
+    a = (1 - confidence) / 2
+    lower = np.where(k > 0, beta_dist.ppf(a, k, n - k + 1), 0.0)
+    upper = np.where(k < n, beta_dist.ppf(1 - a, k + 1, n - k), 1.0)
+    return lower, upper
+
+
+def _projected_releases(settings: DPLDASettings, corpus: Corpus, lam, direction, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.array([np.vdot(client.release(corpus, lam, settings, rng), direction) for _ in range(n)])
+
+
+def _violations(settings: DPLDASettings, n: int = 6000) -> float:
+    """Largest significant excess of P[M(D') in S] over e^eps P[M(D) in S] + delta (and back) on half-lines S.
+
+    D' holds one document, D none; the outputs are projected on the direction of that document's
+    clipped statistic, where its presence shows most. (eps, delta) is the accountant's per-round bound.
+    """
+    lam = np.array([[5.0, 1.0, 1.0], [1.0, 1.0, 5.0]])
+    one, empty = _corpus([[0, 0, 2, 1]], 3), _corpus([], 3)
+    stat = svi.e_step(lam, svi.document_counts(one), alpha=settings.alpha, clip=settings.clip).statistic
+    direction = stat / np.linalg.norm(stat)
+    with_doc = _projected_releases(settings, one, lam, direction, n, 11)
+    without = _projected_releases(settings, empty, lam, direction, n, 12)
+    delta = 1e-3
+    eps = rounds_epsilon(settings.noise_multiplier, settings.sample_rate, 1, delta)
+    thresholds = np.quantile(np.concatenate([with_doc, without]), np.linspace(0.5, 0.995, 40))
+    lo1, up1 = _exceedance(with_doc, thresholds, 0.999)
+    lo0, up0 = _exceedance(without, thresholds, 0.999)
+    below_lo1, below_up1 = 1 - up1, 1 - lo1
+    below_lo0, below_up0 = 1 - up0, 1 - lo0
+    excess = np.concatenate([lo1 - (np.exp(eps) * up0 + delta), below_lo0 - (np.exp(eps) * below_up1 + delta)])
+    return float(excess.max())
+
+
+def test_a_release_respects_its_per_round_bound_and_a_weaker_noise_fails_the_check():
+    settings = _settings(sample_rate=0.5, clip=1.0, noise_multiplier=1.0)
+    assert _violations(settings) <= 0.0
+    # the same check catches a party that adds a quarter of the noise its report assumes
+    weak = _settings(sample_rate=0.5, clip=1.0, noise_multiplier=0.25)
+    honest_report = _settings(sample_rate=0.5, clip=1.0, noise_multiplier=1.0)
+
+    def leaky_release(corpus, lam, settings, rng):
+        return client_release(corpus, lam, weak, rng)
+
+    client_release = client.release
+    try:
+        client.release = leaky_release
+        assert _violations(honest_report) > 0.05
+    finally:
+        client.release = client_release
+
+
+def _message(settings: DPLDASettings, lam, **extra):
+    return ArrayRecord({LAMBDA_KEY: Array(np.asarray(lam, dtype=np.float32))}), ConfigRecord(
+        {**settings.to_record(), **extra})
+
+
+def test_every_release_gets_fresh_secret_randomness_even_when_the_server_repeats_a_round():
+    corpus = _corpus([[0, 1], [1, 2, 2], [0, 0, 1]] * 5, 3)
+    lam = np.ones((2, 3))
+    arrays, config = _message(_settings(epsilon=50.0), lam, **{"server-round": 4})
+    state = client.DPLDAClientState()
+    first, _ = client.local_step(arrays, config, corpus, state, seed=123)
+    second, _ = client.local_step(arrays, config, corpus, state, seed=123)
+    assert not np.array_equal(first[STATISTIC_KEY], second[STATISTIC_KEY])
+    again, metrics = client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=123)
+    np.testing.assert_array_equal(first[STATISTIC_KEY], again[STATISTIC_KEY])  # reproducible from the secret only
+    assert metrics == {} and set(first) == {STATISTIC_KEY} and first[STATISTIC_KEY].dtype == np.float32
+    assert len(state.releases) == 2
+
+
+def test_the_party_refuses_releases_over_its_own_accountant():
+    corpus = _corpus([[0, 1], [1, 2, 2], [0, 0, 1]] * 5, 3)
+    lam = np.ones((2, 3))
+    # a hostile server states a large target but sends little noise: the party's own cap holds
+    greedy = _settings(noise_multiplier=0.3, epsilon=1000.0)
+    arrays, config = _message(greedy, lam, **{"party.max-epsilon": 3.0})
+    with pytest.raises(UserInputError, match="over its cap 3"):
+        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1)
+    # an honest sigma for 3 rounds: the 4th round is refused (the server asked for more rounds than it planned)
+    sigma = noise_multiplier(3.0, 1e-5, 0.5, 3)
+    arrays, config = _message(_settings(noise_multiplier=sigma, sample_rate=0.5), lam)
+    state = client.DPLDAClientState()
+    for _ in range(3):
+        client.local_step(arrays, config, corpus, state, seed=1)
+    with pytest.raises(UserInputError, match="after 3 releases"):
+        client.local_step(arrays, config, corpus, state, seed=1)
+    # what its own vocabulary release spent counts too
+    arrays, config = _message(_settings(noise_multiplier=sigma, sample_rate=0.5), lam,
+                              **{"party.spent-epsilon": 2.5, "party.spent-delta": 1e-6})
+    with pytest.raises(UserInputError, match="over its cap"):
+        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1)
+
+
+def test_the_party_refuses_a_bad_model_and_a_round_that_samples_no_document():
+    corpus = _corpus([[0, 1], [1, 2]], 3)
+    arrays, config = _message(_settings(sample_rate=0.2), np.ones((2, 3)))
+    with pytest.raises(UserInputError, match="samples 0.40 on average"):
+        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1)
+    for bad in (np.ones((3, 3)), -np.ones((2, 3)), np.full((2, 3), np.nan)):
+        arrays, config = _message(_settings(sample_rate=1.0), bad)
+        with pytest.raises(UserInputError, match="topic parameters"):
+            client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1)
+
+
+def test_run_config_errors_are_one_line_before_round_1(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a\nb\n")
+    good = {"method": "dplda", "vocabulary": str(vocab), "federated-eval": False}
+    parse_run_config(good)
+    cases = [
+        ({"vocabulary": "union"}, "needs an accounted vocabulary"),
+        ({"federated-eval": True}, "federated-eval=true"),
+        ({"vocabulary": "private", "vocabulary-epsilon": 4.0}, "leaves nothing"),
+        ({"dplda.epsilon": 1e-7, "dplda.delta": 1e-12, "dplda.sample-rate": 1.0, "num-rounds": 10_000},
+         "no noise level reaches"),
+        ({"dplda.clip": 0.0}, "must be > 0"),
+        ({"dplda.sample-rate": 0.0}, "must be in"),
+        ({"dplda.delta": 1.0}, "must be in"),
+    ]
+    for change, message in cases:
+        with pytest.raises(UserInputError, match=message):
+            parse_run_config({**good, **change})
