@@ -33,16 +33,20 @@ def _parser() -> argparse.ArgumentParser:
         "writes the run outputs and results.csv/.md.",
     )
     sim.add_argument("--method", required=True, help=f"one of the registered methods: {', '.join(METHODS)}")
-    sim.add_argument("--dataset", default="synthetic", help="'synthetic' or a corpus path")
+    sim.add_argument("--dataset", default=None,
+                     help="a corpus path, 'embedded' (the default: real text shipped with the package) or 'synthetic'")
     sim.add_argument("--clients", type=int, required=True, help="number of clients (partitions)")
     sim.add_argument("--partition", choices=PARTITION_SCHEMES, default="label")
     sim.add_argument("--topics", type=int, required=True, help="number of topics K")
     sim.add_argument("--rounds", type=int, required=True, help="number of rounds")
     sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--mode", choices=MODES, required=True)
+    sim.add_argument("--mode", choices=MODES, default="federated",
+                     help="federated (default: Flower's simulation engine through flwr run), centralized or local")
     sim.add_argument("--out", required=True, help="output directory (must not hold a run yet)")
     sim.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="any run-config key, e.g. --set alpha=0.1 --set fedlda.epsilon=5 --set lda.local-sweeps=10")
+    sim.add_argument("--verbose", action="store_true",
+                     help="also Flower's own log lines and every record (default: one line a round and a summary)")
 
     ev = sub.add_parser(
         "evaluate", help="score a topic-word model on a corpus; prints one JSON object",
@@ -71,16 +75,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from flower_topics import console
+    from flower_topics.config import defaults
     from flower_topics.simulations import simulate
 
     overrides = parse_assignments(args.set)
+    if args.verbose:
+        overrides["verbose"] = "true"
+    console.install(verbose=args.verbose or overrides.get("verbose", "").lower() == "true")
     clashes = sorted(set(overrides) & {"method", "dataset", "partition", "num-topics", "num-rounds", "seed"})
     if clashes:
         raise UserInputError(f"--set {', '.join(clashes)} duplicates a dedicated option; use that option instead")
     run_config = {
         **overrides,
         "method": args.method,
-        "dataset": args.dataset,
+        "dataset": defaults()["dataset"] if args.dataset is None else args.dataset,
         "partition": args.partition,
         "num-topics": args.topics,
         "num-rounds": args.rounds,
@@ -136,7 +145,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flower-topics`` command."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "verbose", False):
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _simulate(args) if args.command == "simulate" else _evaluate(args)
     except UserInputError as exc:

@@ -114,6 +114,8 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "eval-iterations": Option(100, "EM iterations of the theta fold-in for perplexity", at_least(1)),
         "eval-alpha": Option(0.01, "symmetric alpha of the theta fold-in", positive),
         "eval-labels": Option(True, "also NMI and purity in the last round, when the parties have labels"),
+        "verbose": Option(False, "console: also Flower's own lines (the strategy's banner, every record, the final "
+                          "dump) and the package's information lines; default: one line a round and a summary"),
         "federated-eval": Option(True, "score the model on the parties' documents every eval-every rounds "
                                  "(what this releases: docs/privacy.md)"),
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +25,50 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 CONNECTION = "flower-topics"
+#: Flower's own start-up lines that ``flwr run --stream`` prints around a run (dropped unless verbose).
+FLOWER_CHATTER = (
+    "Using SuperLink:", "Successfully started run", "Starting logstream for run_id", "Starting Flower Simulation",
+    "default simulated SuperNodes changed", "simulated SuperNodes)", "To change federation size",
+    "flwr federation simulation-config", "Successfully installed ", "FutureWarning: Tip: In future versions of Ray",
+    "warnings.warn(",
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
+
+
+def check_run_config(command: Sequence[str]) -> None:
+    """Validate the ``--run-config`` of a ``flwr run`` command as the ServerApp would, before submitting it.
+
+    Flower's SuperLink refuses an unknown key with only ``[code: 15] Invalid run configuration.``;
+    this names it, with a suggestion, in one line.
+
+    Raises
+    ------
+    UserInputError
+        For an unknown key or a bad value (the message is one line).
+    """
+    from flwr.common.config import parse_config_args
+
+    from flower_topics.config import parse_run_config
+
+    items = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--run-config"]
+    items += [arg.split("=", 1)[1] for arg in command if arg.startswith("--run-config=")]
+    if items:
+        parse_run_config(parse_config_args(items))
+
+
+def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool) -> int:
+    """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter."""
+    process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, bufsize=1)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if not verbose:
+            line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
+            if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
+                continue
+        print(line, end="", flush=True)
+    return process.wait()
 
 
 def free_port() -> int:
@@ -192,7 +237,7 @@ def latest_run(app_dir: Path, flwr_home: Path) -> tuple[int, str] | None:
 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
-                   timeout: float = 3600.0) -> int:
+                   timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) against a private local SuperLink.
 
     Starts a SuperLink (simulation engine) on a free port of 127.0.0.1 with
@@ -212,21 +257,35 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         Working directory of the command (the Flower App).
     timeout : float
         Seconds to wait for the run to finish after the command returned.
+    verbose : bool
+        Print all of the command's output (by default Flower's start-up chatter is dropped,
+        see :data:`FLOWER_CHATTER`).
+    flwr_home : Path, optional
+        Flower's home for this SuperLink (default: ``$FLWR_HOME`` or ``<app_dir>/.flwr-home``).
 
     Returns
     -------
     int
         0 when the run completed, else 1 (or the command's own non-zero status).
     """
+    from flower_topics.errors import UserInputError
+
+    try:
+        check_run_config(command)
+    except UserInputError as exc:
+        print(f"flower-topics: error: {exc}", file=sys.stderr)
+        return 2
+    verbose = verbose or bool(re.search(r"(^|\s)verbose=true\b", " ".join(command)))
     app_dir = Path(app_dir).resolve()
-    home = Path(os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
+    home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
     with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
         write_connection(home, f"127.0.0.1:{port}")
         set_num_supernodes(home, num_supernodes)
-        print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
-              flush=True)
+        if verbose:
+            print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
+                  flush=True)
         before = latest_run(app_dir, home)
-        code = subprocess.run(list(command), cwd=app_dir, env=flwr_env(home)).returncode
+        code = stream(command, app_dir, flwr_env(home), verbose)
         if code != 0:
             return code
         newest = latest_run(app_dir, home)
@@ -238,7 +297,8 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         print(f"flower-topics: run {newest[0]} FAILED ({status}); the log above says why "
               f"(also: flwr log {newest[0]} --show)", file=sys.stderr)
         return 1
-    print(f"flower-topics: run {newest[0]} completed", flush=True)
+    if verbose:
+        print(f"flower-topics: run {newest[0]} completed", flush=True)
     return 0
 
 
@@ -253,11 +313,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--supernodes", type=int, default=5, help="simulated SuperNodes (default 5)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the run")
+    parser.add_argument("--verbose", action="store_true", help="print Flower's own lines too")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="e.g. flwr run . --stream")
     args = parser.parse_args(argv)
     if not args.command:
         parser.error("give the command to run, e.g. flwr run . --stream")
-    return with_superlink(args.command, num_supernodes=args.supernodes, timeout=args.timeout)
+    return with_superlink(args.command, num_supernodes=args.supernodes, timeout=args.timeout, verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,12 @@ class MethodSpec:
         if check_config is not None:
             check_config(config)
 
+    def quality_notes(self, config: Mapping[str, Any]) -> list[str]:
+        """Lines for the console when this run config is known to give poor topics: why, and the option that
+        changes it (the wire module's ``quality_notes``, when it has one)."""
+        notes = getattr(self.protocol, "quality_notes", None)
+        return [] if notes is None else list(notes(config))
+
     def local_step(self) -> "LocalStep":
         """Its party side (imported on first use)."""
         return _load(self.client)

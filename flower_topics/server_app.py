@@ -8,17 +8,15 @@ to ``metrics.jsonl``; at the end the model, its top words and the plots are writ
 
 from __future__ import annotations
 
-import logging
 import time
-from logging import ERROR, INFO
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from flwr.app import ArrayRecord, Context, MetricRecord
-from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
+from flower_topics import console
 from flower_topics.agreement import Agreement, agree_vocabulary
 from flower_topics.config import parse_run_config
 from flower_topics.data.prepare import SYNTHETIC, synthetic_config
@@ -70,6 +68,7 @@ class RoundRecorder:
         self.truth = truth
         self.started = time.time()
         self.num_rounds = int(config["num-rounds"])
+        self.last: dict[str, Any] = {}  # the latest value of every metric (evaluation rounds included)
 
     def model(self, arrays: ArrayRecord) -> TopicModel:
         """The global model as a :class:`TopicModel`."""
@@ -95,7 +94,8 @@ class RoundRecorder:
             row.update(server_scores(self.model(arrays), self.truth))
             row.update(self.strategy.evaluations.get(server_round, {}))
         self.outputs.append_metrics(row)
-        log(INFO, "round %d/%d: %s; privacy: %s", server_round, self.num_rounds, summarize(row), privacy.summary())
+        self.last = {**self.last, **row}
+        console.say(console.round_line(row, self.num_rounds, privacy.summary()))
         return MetricRecord({k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None})
 
 
@@ -114,11 +114,6 @@ def synthetic_truth(config: Mapping[str, Any]) -> tuple[np.ndarray, tuple[str, .
         return None
     corpus = make_synthetic_corpus(synthetic_config(config), seed=int(config["seed"]))
     return corpus.topic_word, corpus.corpus.vocabulary
-
-
-def summarize(row: Mapping[str, Any]) -> str:
-    keys = ("perplexity", "npmi", "umass", "diversity", "tss_normalized", "bytes_received")
-    return ", ".join(f"{k}={row[k]:.4g}" for k in keys if isinstance(row.get(k), (int, float)))
 
 
 def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
@@ -149,8 +144,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     strategy.excluded.update(agreement.excluded)
     truth = synthetic_truth(config)
     recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
-    log(INFO, "flower-topics: method=%s, V=%d (%s vocabulary), outputs in %s",
-        config["method"], len(agreement.vocabulary), agreement.mode, outputs.directory)
+    console.say("flower-topics: %s, %d topics, %d rounds; vocabulary: %d words (%s) from %d node(s)",
+                config["method"], int(config["num-topics"]), int(config["num-rounds"]), len(agreement.vocabulary),
+                agreement.mode, agreement.nodes)
     result = strategy.start(
         grid=grid,
         initial_arrays=strategy.initial_arrays(),
@@ -177,7 +173,11 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_model(model)
     outputs.write_state({key: array.numpy() for key, array in result.arrays.items()})
     outputs.plot()
-    log(INFO, "flower-topics: wrote %s", outputs.directory)
+    for line in console.summary_lines(
+            method=str(config["method"]), topics=model.top_words(10), asked_topics=int(config["num-topics"]),
+            last=recorder.last, privacy=recorder.privacy().summary(), directory=str(outputs.directory),
+            seconds=time.time() - recorder.started, notes=get_method(str(config["method"])).quality_notes(config)):
+        console.say("%s", line)
     return model
 
 
@@ -194,11 +194,12 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        logging.getLogger("flower_topics").setLevel(logging.INFO)
+        raw = context.run_config if run_config is None else run_config
+        console.install(verbose=str(raw.get("verbose", "false")).lower() in ("true", "1"))
         try:
-            run_server(grid, context.run_config if run_config is None else run_config)
+            run_server(grid, raw)
         except UserInputError as exc:
-            log(ERROR, "flower-topics: %s", exc)
+            console.user_error(str(exc))  # one line; Flower's traceback of it is dropped
             raise  # not SystemExit: Flower would mark the run as completed
 
     return server

@@ -29,12 +29,8 @@ from flower_topics.outputs import RunOutputs, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
 
 MODES = ("federated", "centralized", "local")
-#: Ray for the simulation engine: one CPU per SuperNode, no dashboard. (Ray 2.55.1, which flwr 1.41 pins,
-#: binds its own gRPC servers on all interfaces whatever node address it is given: see the README.)
-SIMULATION_BACKEND = {
-    "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-    "init_args": {"log_to_driver": True, "include_dashboard": False},
-}
+#: (Ray 2.55.1, which flwr 1.41 pins and the simulation engine runs on, binds its own gRPC servers on all
+#: interfaces whatever node address it is given: see docs/real-hosts.md.)
 TABLE_COLUMNS = (
     "mode", "model", "documents", "tokens", "perplexity", "npmi", "umass", "diversity",
     "tss_normalized", "nmi", "purity", "macro_f1", "epsilon", "delta", "privacy_unit", "wall_time",
@@ -88,23 +84,54 @@ def simulate(
     return rows
 
 
-def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[Corpus]) -> dict[str, Any]:
-    from flwr.simulation import run_simulation
+def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
+    """A Flower App folder whose components are the installed package's ServerApp and ClientApp.
 
-    from flower_topics.client_app import make_client_app
-    from flower_topics.server_app import make_server_app
+    ``flwr run`` builds its FAB from this folder, so ``simulate`` works from an installed
+    package as well as from a checkout; the run config travels as a TOML file beside it.
+
+    Returns
+    -------
+    Path
+        The run-config TOML file to pass as ``flwr run --run-config``.
+    """
+    import tomli_w
+
+    from flower_topics.config import pyproject_tables
+
+    app_dir.mkdir(parents=True, exist_ok=True)
+    project = {
+        "build-system": {"requires": ["setuptools>=69"], "build-backend": "setuptools.build_meta"},
+        "project": {"name": "flower-topics-simulate", "version": "0.1.0", "license": "Apache-2.0",
+                    "description": "flower-topics simulate: the package's apps on Flower's simulation engine"},
+        "tool": {"flwr": {"app": {"publisher": "flower-topics",
+                                  "components": {"serverapp": "flower_topics.server_app:app",
+                                                 "clientapp": "flower_topics.client_app:app"},
+                                  "config": pyproject_tables()}}},
+    }
+    (app_dir / "pyproject.toml").write_text(tomli_w.dumps(project), encoding="utf-8")
+    run_config_path = app_dir / "run-config.toml"
+    run_config_path.write_text(tomli_w.dumps(dict(run_config)), encoding="utf-8")
+    return run_config_path
+
+
+def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[Corpus]) -> dict[str, Any]:
+    """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path)."""
+    import tempfile
+
+    from flower_topics.launch import with_superlink
 
     RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run
     started = time.time()
-    run_simulation(
-        server_app=make_server_app(config),
-        client_app=make_client_app(config),
-        num_supernodes=num_clients,
-        backend_config=SIMULATION_BACKEND,
-    )
+    with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
+        app_dir = Path(tmp) / "app"
+        run_config = write_app(app_dir, config)
+        code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
+                              num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
+                              flwr_home=Path(tmp) / "flwr-home")
     model_path = out_dir / "model.npz"
-    if not model_path.exists():
-        raise RuntimeError(f"the federated run wrote no model to {model_path}: see the log above for the error")
+    if code != 0 or not model_path.exists():
+        raise RuntimeError(f"the federated run wrote no model to {model_path}: see the lines above for the error")
     model = load_model(model_path)
     return _row("federated", "federated", shares, out_dir, time.time() - started, model)
 

@@ -1,0 +1,85 @@
+"""The console a person reads: one line a round, a summary, no Flower chatter unless verbose."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from flwr.common.logger import FLOWER_LOGGER
+
+from flower_topics import console
+from flower_topics.launch import check_run_config
+from flower_topics.errors import UserInputError
+
+
+def test_round_line_has_round_metrics_and_privacy():
+    line = console.round_line({"round": 3, "perplexity": 41.68, "npmi": 0.1398, "replies_applied": 5,
+                               "replies_failed": 1, "bytes_sent": 9}, 30, "eps 2, delta 0 per document")
+    assert line == "round 3/30  perplexity 41.68  npmi 0.1398  replies 5 (1 failed) | privacy: eps 2, delta 0 per document"
+
+
+def test_summary_says_when_the_method_returned_another_number_of_topics():
+    lines = console.summary_lines(method="ftm", topics=[["a", "b"]] * 11, asked_topics=20, last={"npmi": 0.1},
+                                  privacy="eps 11 per token", directory="/runs/x", seconds=3.0, notes=["why"])
+    assert "note: ftm returned 11 topics, not the 20 asked (num-topics)" in lines
+    assert "note: why" in lines and lines[-1].startswith("outputs: /runs/x")
+    assert sum(line.startswith("  topic") for line in lines) == 11
+
+
+def test_filter_drops_flower_info_unless_verbose(caplog):
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler = Keep()
+    FLOWER_LOGGER.addHandler(handler)
+    try:
+        console.install(verbose=False)
+        FLOWER_LOGGER.info("Aggregated MetricRecord: {...}")
+        FLOWER_LOGGER.debug("Terminated 2 actors")
+        FLOWER_LOGGER.warning("round 2: reply of node 3 rejected")
+        console.say("round 1/2")
+        console.install(verbose=True)
+        FLOWER_LOGGER.info("Starting strategy")
+        console.install(verbose=False)
+        console.user_error("'num-topics' = 0 must be >= 1")
+        FLOWER_LOGGER.error("ServerApp raised an exception")
+    finally:
+        FLOWER_LOGGER.removeHandler(handler)
+        console.install(verbose=False)
+    assert records == ["round 2: reply of node 3 rejected", "round 1/2", "Starting strategy",
+                       "flower-topics: error: 'num-topics' = 0 must be >= 1"]
+
+
+def test_flwr_run_config_is_checked_before_submitting():
+    with pytest.raises(UserInputError, match=r"epsilon \(did you mean fedlda.epsilon"):
+        check_run_config(["flwr", "run", ".", "--run-config", "method='fedlda' epsilon=5"])
+    with pytest.raises(UserInputError, match="'num-topics' = 0 must be >= 1"):
+        check_run_config(["flwr", "run", ".", "--run-config=num-topics=0"])
+    check_run_config(["flwr", "run", ".", "--run-config", "method='fedlda' fedlda.epsilon=5"])
+
+
+@pytest.mark.timeout(300)
+def test_a_30_round_simulate_prints_under_60_lines_each_once(tmp_path):
+    """The default simulate through flwr run: a line a round, the summary, nothing twice, no DEBUG."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--clients", "3", "--topics", "5",
+         "--rounds", "30", "--out", str(out)],
+        capture_output=True, text=True, timeout=280)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 0, "\n".join(lines[-30:])
+    assert len(lines) < 60, "\n".join(lines)
+    assert [n for n in range(1, 31) if sum(line.startswith(f"round {n}/30 ") for line in lines) != 1] == []
+    repeated = [line for line, n in Counter(lines).items() if n > 1 and line.strip()]
+    assert repeated == []
+    text = "\n".join(lines)
+    for noise in ("DEBUG", "INFO flwr", "alembic", "deprecated", "Aggregated MetricRecord", "Terminated"):
+        assert noise not in text
+    assert f"outputs: {out}" in text and "privacy: no privacy mechanism" in text
+    assert sum(line.startswith("  topic ") for line in lines) == 5
