@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="held-out share of a corpus without its own split (default: the run's, else 0.1)")
     ev.add_argument("--min-coverage", type=float, default=0.5,
                     help="refuse a corpus of whose tokens the model's vocabulary covers less than this share")
+    from flower_topics.cli_model import add_commands
+
+    add_commands(sub)  # infer, report, export
     return parser
 
 
@@ -148,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "verbose", False):
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        if args.command in ("infer", "report", "export"):
+            from flower_topics.cli_model import run
+
+            return run(args)
         return _simulate(args) if args.command == "simulate" else _evaluate(args)
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)

@@ -226,6 +226,17 @@ def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Me
     return Message(content=sums, reply_to=msg)
 
 
+def score_model_keeping_theta(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """:func:`score_model`; then, if the node config sets ``theta-out``, this party's documents' topics are
+    written there, on the party (:func:`flower_topics.topic_model.keep_party_theta`); the reply is unchanged."""
+    reply = score_model(msg, context, config)
+    if node_options(context.node_config).get("theta-out"):
+        from flower_topics.topic_model import keep_party_theta
+
+        keep_party_theta(msg, context, config)
+    return reply
+
+
 def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp with a ``train.<method>`` handler for every registered method.
 
@@ -252,7 +263,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
         client.train(spec.name)(handler(spec.name, functools.partial(local_round, spec)))
     client.query("candidates")(handler("vocabulary agreement", send_candidates))
     client.query("vocabulary")(handler("vocabulary agreement", accept_vocabulary))
-    client.evaluate()(handler("evaluation", score_model))
+    client.evaluate()(handler("evaluation", score_model_keeping_theta))
     return client
 
 

@@ -11,11 +11,14 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from flower_topics.errors import UserInputError
+
+if TYPE_CHECKING:
+    from flower_topics.topic_model import DocumentTopics
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,57 @@ class TopicModel:
         """The ``n`` most probable words of each topic (ties to the lower column)."""
         order = np.argsort(-self.topic_word, axis=1, kind="stable")[:, :n]
         return [[self.vocabulary[j] for j in row] for row in order]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "TopicModel":
+        """Read a model file (:func:`load_model`)."""
+        return load_model(path)
+
+    def topic_terms(self, topic: int, n: int = 10) -> list[tuple[str, float]]:
+        """The ``n`` most probable words of ``topic`` with their probabilities, largest first."""
+        if not 0 <= topic < self.n_topics:
+            raise UserInputError(f"topic {topic} is outside [0, {self.n_topics})")
+        order = np.argsort(-self.topic_word[topic], kind="stable")[:n]
+        return [(self.vocabulary[j], float(self.topic_word[topic, j])) for j in order]
+
+    def document_topics(self, texts: Sequence[str], ids: Sequence[str] | None = None) -> "DocumentTopics":
+        """Fold in the topic mixtures of raw ``texts``, read with the run's preprocessing.
+
+        Tokenized as the run read its documents (its lowercase and stopwords options, from
+        ``metadata["run_config"]``); theta by the evaluation's fold-in EM with the run's
+        ``eval-alpha`` and ``eval-iterations``. A text without a word of the vocabulary gets
+        the uniform row and no top topic (``DocumentTopics.empty``).
+        """
+        from flower_topics.topic_model import DocumentCounts, count_texts, document_topics, fold_in_options, \
+            reading_options
+
+        reading = reading_options(self)
+        counts, n_oov = count_texts(texts, self.vocabulary, lowercase=bool(reading["lowercase"]),
+                                    stopwords=str(reading["stopwords"]))
+        names = tuple(str(i) for i in (range(len(texts)) if ids is None else ids))
+        if len(names) != len(texts):
+            raise UserInputError(f"got {len(names)} ids for {len(texts)} texts")
+        alpha, n_iter = fold_in_options(self)
+        return document_topics(self.topic_word, DocumentCounts(names, counts, n_oov), alpha=alpha, n_iter=n_iter)
+
+    def transform(self, texts: Sequence[str]) -> np.ndarray:
+        """The ``(len(texts), K)`` topic mixtures of raw ``texts`` (see :meth:`document_topics`)."""
+        return self.document_topics(texts).theta
+
+    def read_documents(self, path: str | os.PathLike[str], **reading: Any) -> "DocumentTopics":
+        """The topic mixtures of every document of a corpus file, read as the run read its parties' files.
+
+        ``reading`` overrides the run's options: ``text_column``, ``id_column``, ``lowercase``,
+        ``stopwords`` (see :func:`flower_topics.topic_model.read_documents`).
+        """
+        from flower_topics.topic_model import document_topics, fold_in_options, read_documents, reading_options
+
+        options = reading_options(self, **reading)
+        documents = read_documents(path, self.vocabulary, text_column=str(options["text-column"]),
+                                   id_column=str(options.get("id-column", "id")),
+                                   lowercase=bool(options["lowercase"]), stopwords=str(options["stopwords"]))
+        alpha, n_iter = fold_in_options(self)
+        return document_topics(self.topic_word, documents, alpha=alpha, n_iter=n_iter)
 
 
 def save_model(path: str | os.PathLike[str], model: TopicModel) -> Path:
