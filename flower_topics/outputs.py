@@ -94,8 +94,62 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+#: Title and y-axis label (with its unit) of each plotted metric.
+METRIC_LABELS: Mapping[str, tuple[str, str]] = {
+    "perplexity": ("Held-out perplexity (document completion)", "perplexity (lower is better)"),
+    "npmi": ("NPMI coherence of the top 10 words", "NPMI, mean over topics (-1 to 1)"),
+    "umass": ("UMass coherence of the top 10 words", "UMass, mean over topics"),
+    "diversity": ("Topic diversity (unique words among the top 25)", "share of unique words (0 to 1)"),
+    "tss_normalized": ("Similarity to the true topics (synthetic corpus)", "TSS / K (0 to 1)"),
+    "nmi": ("NMI of the top topic against the labels", "NMI (0 to 1)"),
+    "purity": ("Purity of the top topic against the labels", "purity (0 to 1)"),
+    "macro_f1": ("Macro-F1 of a classifier on theta", "macro-F1 (0 to 1)"),
+    "bytes_sent": ("Bytes the server sent per round", "bytes per round"),
+    "bytes_received": ("Bytes the server received per round", "bytes per round"),
+}
+PRIVACY_PLOT = "privacy"
+
+
+def run_label(directory: str | os.PathLike[str]) -> str:
+    """``run <name>, method <m>, corpus <c>``: the run a plot belongs to (from ``model.npz``'s metadata when written)."""
+    directory = Path(directory)
+    label = f"run {directory.name}"
+    try:
+        with np.load(directory / MODEL_FILE, allow_pickle=False) as data:
+            metadata = json.loads(str(data["metadata"])) if "metadata" in data.files else {}
+    except (OSError, ValueError, KeyError):
+        return label
+    config = metadata.get("run_config", {}) if isinstance(metadata, Mapping) else {}
+    if metadata.get("method"):
+        label += f", method {metadata['method']}"
+    if config.get("dataset"):
+        label += f", corpus {Path(str(config['dataset'])).name or config['dataset']}"
+    return label
+
+
+def privacy_points(rows: list[Mapping[str, Any]]) -> tuple[list[int], list[float], list[float], str]:
+    """Rounds, epsilon spent so far, epsilon spent in the round, and the privacy unit, from metrics rows.
+
+    Rounds without a finite epsilon (no mechanism, or an infinite bound) are left out.
+    """
+    rounds, total, per_round, unit = [], [], [], ""
+    for row in rows:
+        privacy = row.get("privacy")
+        if isinstance(privacy, Mapping) and _is_number(privacy.get("epsilon")):
+            rounds.append(int(row["round"]))
+            total.append(float(privacy["epsilon"]))
+            per_round.append(float(privacy["epsilon_round"]) if _is_number(privacy.get("epsilon_round"))
+                             else float("nan"))
+            unit = str(privacy.get("unit", ""))
+    return rounds, total, per_round, unit
+
+
 def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
-    """One PNG per metric of :data:`PLOTTED` present in the file (``<metric>.png``), value against round.
+    """One PNG per metric of :data:`PLOTTED` present in the file (``<metric>.png``), value against round,
+    and ``privacy.png`` (epsilon spent so far and per round) when the run has a privacy mechanism.
+
+    Each plot's title names the metric and the run (its directory name, and the method and
+    corpus of ``model.npz`` when it is there); rounds are whole numbers on the x axis.
 
     Returns
     -------
@@ -106,24 +160,41 @@ def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathL
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = read_metrics(metrics_path)
+    label = run_label(directory)
     written = []
+
+    def save(fig: Any, ax: Any, name: str, title: str) -> None:
+        ax.set_title(f"{title}\n{label}", fontsize=9)
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        out = Path(directory) / f"{name}.png"
+        fig.savefig(out, dpi=100)
+        plt.close(fig)
+        written.append(out)
+
     for key in PLOTTED:
         points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
         if not points:
             continue
         rounds, values = zip(*points)
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        title, ylabel = METRIC_LABELS.get(key, (key, key))
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
         ax.plot(rounds, values, marker="o" if len(points) < 30 else None)
-        ax.set_xlabel("round")
-        ax.set_ylabel(key)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        out = Path(directory) / f"{key}.png"
-        fig.savefig(out, dpi=100)
-        plt.close(fig)
-        written.append(out)
+        ax.set_ylabel(ylabel)
+        save(fig, ax, key, title)
+    rounds, total, per_round, unit = privacy_points(rows)
+    if rounds:
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        ax.plot(rounds, total, marker="o" if len(rounds) < 30 else None, label="spent so far")
+        ax.plot(rounds, per_round, linestyle="--", label="spent in the round")
+        ax.set_ylabel(f"epsilon per {unit}" if unit and unit != "none" else "epsilon")
+        ax.legend(fontsize=8)
+        save(fig, ax, PRIVACY_PLOT, "Privacy spent (epsilon)")
     return written
 
 

@@ -1,0 +1,307 @@
+"""``flower-topics report RUN``: one self-contained HTML page about a run.
+
+The page needs nothing at view time (no script, no stylesheet or font from a network:
+its plots are inline SVG drawn by matplotlib, text kept as text). It shows:
+
+- each topic's top words with their weights (the model's ``topic_word``);
+- topic sizes, and where they come from (:func:`topic_sizes`): the share of training
+  tokens assigned to each topic when the run kept global topic-word counts (``lda``,
+  ``fedlda``: ``state.npz``), or the expected share of a corpus' tokens when one is given
+  (``--corpus``, on the machine that holds it); else none, and the page says so;
+- a 2-D map of the topics as LDAvis draws it (:func:`topic_map`): Jensen-Shannon
+  distances between the topics' word distributions, placed by classical multidimensional
+  scaling (principal coordinates);
+- the metrics and the privacy spent per round (``metrics.jsonl``), one plot each;
+- the run config and the privacy report of ``model.npz``'s metadata.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy.spatial.distance import pdist, squareform
+
+from flower_topics.errors import UserInputError
+from flower_topics.model_file import TopicModel, load_model
+from flower_topics.outputs import (
+    METRIC_LABELS,
+    METRICS_FILE,
+    MODEL_FILE,
+    PLOTTED,
+    STATE_FILE,
+    _is_number,
+    privacy_points,
+    read_metrics,
+)
+
+REPORT_FILE = "report.html"
+N_WORDS = 10
+
+
+@dataclass(frozen=True)
+class TopicSizes:
+    """Each topic's share and what the share measures.
+
+    Parameters
+    ----------
+    share : np.ndarray
+        ``(K,)``, summing to 1.
+    source : str
+        One sentence: what the share is and where it comes from.
+    """
+
+    share: np.ndarray
+    source: str
+
+
+def run_paths(run: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """The run directory and its ``model.npz``, from either of them.
+
+    Raises
+    ------
+    UserInputError
+        When there is no model file.
+    """
+    path = Path(run).expanduser()
+    directory, model = (path.parent, path) if path.is_file() else (path, path / MODEL_FILE)
+    if not model.is_file():
+        raise UserInputError(f"{model} does not exist; pass a run's output directory (it holds {MODEL_FILE}) "
+                             "or a model.npz")
+    return directory, model
+
+
+def topic_distances(topic_word: np.ndarray) -> np.ndarray:
+    """``(K, K)`` Jensen-Shannon distances (base 2, in [0, 1]) between the topics' word distributions."""
+    phi = np.asarray(topic_word, dtype=np.float64)
+    if phi.shape[0] < 2:
+        return np.zeros((phi.shape[0], phi.shape[0]))
+    natural = np.nan_to_num(pdist(phi, metric="jensenshannon"))  # natural log: divide by sqrt(ln 2) for base 2
+    return squareform(np.clip(natural / np.sqrt(np.log(2.0)), 0.0, 1.0))
+
+
+def topic_map(topic_word: np.ndarray) -> np.ndarray:
+    """``(K, 2)`` coordinates of the topics: classical MDS (PCoA) of :func:`topic_distances`, as LDAvis does.
+
+    The double-centred squared distances are eigendecomposed; the two largest eigenvalues'
+    eigenvectors, scaled by the roots of the eigenvalues, are the coordinates (a missing or
+    negative one gives a zero axis). Signs are fixed so that each axis' largest absolute
+    coordinate is positive, so the map does not flip between runs of the eigensolver.
+    """
+    distances = topic_distances(topic_word)
+    n = distances.shape[0]
+    centring = np.eye(n) - 1.0 / n
+    gram = -0.5 * centring @ (distances ** 2) @ centring
+    values, vectors = np.linalg.eigh(gram)
+    order = np.argsort(values)[::-1][:2]
+    coords = np.zeros((n, 2))
+    for axis, i in enumerate(order):
+        if values[i] > 1e-12:
+            column = vectors[:, i] * np.sqrt(values[i])
+            coords[:, axis] = column * np.sign(column[np.argmax(np.abs(column))])
+    return coords
+
+
+def topic_sizes(model: TopicModel, directory: Path | None, corpus: str | None = None,
+                reading: Mapping[str, Any] | None = None) -> TopicSizes | None:
+    """Topic sizes that the run or a given corpus can honestly give (see the module docstring).
+
+    Parameters
+    ----------
+    model : TopicModel
+        The model.
+    directory : Path, optional
+        The run directory (its ``state.npz`` is looked at).
+    corpus : str, optional
+        A corpus path: sizes are the expected share of its in-vocabulary tokens,
+        ``sum_d n_d theta_d / sum_d n_d``, theta folded in as ``flower-topics infer`` does.
+    reading : Mapping, optional
+        Reading options for ``corpus`` (``text_column``, ``lowercase``, ``stopwords``...).
+    """
+    if corpus is not None:
+        topics = model.read_documents(corpus, **dict(reading or {}))
+        tokens = topics.n_words.astype(np.float64)
+        if tokens.sum() == 0:
+            raise UserInputError(f"no document of {corpus} has a word of the model's vocabulary")
+        share = tokens @ topics.theta / tokens.sum()
+        return TopicSizes(share, f"expected share of the {int(tokens.sum())} in-vocabulary tokens of {corpus} "
+                                 f"({len(topics.ids)} documents), theta folded in against the model")
+    state = directory / STATE_FILE if directory is not None else None
+    if state is not None and state.is_file():
+        with np.load(state, allow_pickle=False) as data:
+            for key in data.files:
+                counts = data[key]
+                if (counts.shape == model.topic_word.shape and np.issubdtype(counts.dtype, np.integer)
+                        and counts.sum() > 0):
+                    share = np.clip(counts.sum(axis=1).astype(np.float64), 0, None)
+                    return TopicSizes(share / share.sum(), f"share of the training tokens assigned to each topic in "
+                                      f"the run's final global topic-word counts ({STATE_FILE}: {key})")
+    return None
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg")
+    plt.close(fig)
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _plots(rows: Sequence[Mapping[str, Any]], label: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    figures = []
+    with plt.rc_context({"svg.fonttype": "none"}):
+        def finish(fig: Any, ax: Any, title: str) -> None:
+            ax.set_title(f"{title}\n{label}", fontsize=9)
+            ax.set_xlabel("round")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            figures.append(_svg(fig))
+
+        for key in PLOTTED:
+            points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
+            if not points:
+                continue
+            rounds, values = zip(*points)
+            title, ylabel = METRIC_LABELS.get(key, (key, key))
+            fig, ax = plt.subplots(figsize=(5.2, 3.4))
+            ax.plot(rounds, values, marker="o" if len(points) < 30 else None)
+            ax.set_ylabel(ylabel)
+            finish(fig, ax, title)
+        rounds, total, per_round, unit = privacy_points(list(rows))
+        if rounds:
+            fig, ax = plt.subplots(figsize=(5.2, 3.4))
+            ax.plot(rounds, total, marker="o" if len(rounds) < 30 else None, label="spent so far")
+            ax.plot(rounds, per_round, linestyle="--", label="spent in the round")
+            ax.set_ylabel(f"epsilon per {unit}" if unit and unit != "none" else "epsilon")
+            ax.legend(fontsize=8)
+            finish(fig, ax, "Privacy spent (epsilon)")
+    return figures
+
+
+def _map_svg(coords: np.ndarray, sizes: TopicSizes | None, label: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig, ax = plt.subplots(figsize=(5.2, 5.0))
+        n = coords.shape[0]
+        area = 2500 * sizes.share if sizes is not None else np.full(n, 2500 / max(n, 1))
+        ax.scatter(coords[:, 0], coords[:, 1], s=np.maximum(area, 30), alpha=0.35, edgecolors="k")
+        for k, (x, y) in enumerate(coords):
+            ax.annotate(str(k), (x, y), ha="center", va="center", fontsize=9)
+        ax.set_xlabel("PC1 (Jensen-Shannon distance)")
+        ax.set_ylabel("PC2 (Jensen-Shannon distance)")
+        ax.set_title(f"Topic map: distances between topics (classical MDS)\n{label}", fontsize=9)
+        ax.margins(0.25)  # room for the circles at the edges
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        return _svg(fig)
+
+
+def build_report(run: str | os.PathLike[str], corpus: str | None = None,
+                 reading: Mapping[str, Any] | None = None, n_words: int = N_WORDS) -> str:
+    """The HTML text of the report of ``run`` (a run directory or a ``model.npz``); see the module docstring."""
+    directory, model_path = run_paths(run)
+    model = load_model(model_path)
+    metadata = model.metadata if isinstance(model.metadata, Mapping) else {}
+    config = metadata.get("run_config", {}) or {}
+    method, dataset = metadata.get("method", "unknown"), config.get("dataset", "unknown")
+    label = f"run {directory.name}, method {method}, corpus {Path(str(dataset)).name or dataset}"
+    metrics_path = directory / METRICS_FILE
+    rows = read_metrics(metrics_path) if metrics_path.is_file() else []
+    sizes = topic_sizes(model, directory, corpus, reading)
+    coords = topic_map(model.topic_word)
+    e = html.escape
+
+    topic_rows = []
+    order = np.argsort(-sizes.share, kind="stable") if sizes is not None else np.arange(model.n_topics)
+    for k in order:
+        terms = model.topic_terms(int(k), n_words)
+        top = terms[0][1] if terms else 1.0
+        words = "".join(
+            f'<span class="w"><span class="bar" style="width:{60 * weight / top:.0f}px"></span>{e(word)} '
+            f'<small>{weight:.3f}</small></span>' for word, weight in terms)
+        size = f"{100 * sizes.share[k]:.1f}%" if sizes is not None else "n/a"
+        topic_rows.append(f"<tr><td>{k}</td><td>{size}</td><td>{words}</td></tr>")
+    size_note = (f"Topic size: {e(sizes.source)}." if sizes is not None else
+                 "Topic size: not available. The model file holds normalized topics only and this run kept no "
+                 "global topic-word counts; pass --corpus with documents you hold to measure each topic's expected "
+                 "share of them.")
+
+    privacy = metadata.get("privacy") or {}
+    privacy_items = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>" for k, v in privacy.items())
+    config_items = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>"
+                           for k, v in sorted(config.items()))
+    last = rows[-1] if rows else {}
+    final = "".join(f"<tr><th>{e(METRIC_LABELS[k][0])}</th><td>{last[k]:.4g}</td></tr>"
+                    for k in PLOTTED if _is_number(last.get(k)))
+    plots = _plots(rows, label)
+    plots_html = "".join(f'<div class="plot">{svg}</div>' for svg in plots) or \
+        f"<p>No per-round metrics ({METRICS_FILE} is missing or empty).</p>"
+    wall = metadata.get("wall_time")
+    facts = (f"{model.n_topics} topics, {len(model.vocabulary)} words, {metadata.get('rounds', len(rows))} rounds"
+             + (f", {wall:.1f} s" if _is_number(wall) else ""))
+
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>flower-topics report: {e(label)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 1.5em; color: #222; max-width: 1200px; }}
+table {{ border-collapse: collapse; margin-bottom: 1em; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-align: top; font-size: 13px; }}
+.w {{ display: inline-block; margin: 1px 8px 1px 0; position: relative; }}
+.bar {{ display: inline-block; height: 8px; background: #7aa6d6; margin-right: 3px; }}
+.plot {{ display: inline-block; margin: 4px; }}
+.plot svg {{ width: 520px; height: auto; }}
+small {{ color: #666; }}
+</style></head>
+<body>
+<h1>flower-topics report</h1>
+<p><b>{e(label)}</b>: {e(facts)}.</p>
+<h2>Topics</h2>
+<p>{size_note} Words: the {n_words} most probable of each topic, with p(word | topic).</p>
+<table id="topics"><tr><th>topic</th><th>size</th><th>top words (weight)</th></tr>
+{''.join(topic_rows)}</table>
+<h2>Topic map</h2>
+<p>Each topic placed so that distances on the map approximate the Jensen-Shannon distances between the topics'
+word distributions (classical multidimensional scaling, as LDAvis); circle area: topic size
+{'(' + e(sizes.source) + ')' if sizes is not None else '(equal: sizes not available)'}.</p>
+<div class="plot" id="map">{_map_svg(coords, sizes, label)}</div>
+<h2>Metrics and privacy per round</h2>
+<table>{final}</table>
+{plots_html}
+<h2>Privacy report</h2>
+<table id="privacy">{privacy_items or '<tr><td>no privacy report in the model file</td></tr>'}</table>
+<h2>Run config</h2>
+<table id="config">{config_items or '<tr><td>no run config in the model file</td></tr>'}</table>
+</body></html>
+"""
+
+
+def write_report(run: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, corpus: str | None = None,
+                 reading: Mapping[str, Any] | None = None) -> Path:
+    """Write the report of ``run`` to ``out`` (default: ``RUN/report.html``); returns the path."""
+    directory, _ = run_paths(run)
+    path = Path(out).expanduser() if out is not None else directory / REPORT_FILE
+    text = build_report(run, corpus, reading)
+    from flower_topics.topic_model import _write_atomic
+
+    return _write_atomic(path, text)
