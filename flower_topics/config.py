@@ -56,8 +56,9 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         ),
         # --- data
         "dataset": Option(
-            "synthetic",
-            "'synthetic' (the embedded LDA corpus) or a path: OCTIS folder, .jsonl, .csv or folder of .txt files",
+            "embedded",
+            "'embedded' (real text shipped with the package: Debian package descriptions), 'synthetic' (a "
+            "generated LDA corpus with known topics) or a path: OCTIS folder, .jsonl, .csv or folder of .txt files",
         ),
         "text-column": Option("text", "text column of a .jsonl/.csv corpus"),
         "label-column": Option("label", "label column of a .jsonl/.csv corpus (optional in the file)"),

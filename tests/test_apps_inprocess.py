@@ -15,6 +15,7 @@ from flower_topics.server_app import run_server
 from tests.flower_harness import LoopbackGrid
 
 SMALL = {
+    "dataset": "synthetic",
     "synthetic-nodes": 3,
     "synthetic-topics": 6,
     "synthetic-shared-topics": 3,

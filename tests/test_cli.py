@@ -16,7 +16,7 @@ from flower_topics.methods import METHODS
 from flower_topics.model_file import load_model
 from flower_topics.outputs import read_metrics
 
-TINY = ["--set", "synthetic-nodes=2", "--set", "synthetic-topics=4", "--set", "synthetic-shared-topics=2",
+TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4", "--set", "synthetic-shared-topics=2",
         "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",
         "--set", "synthetic-doc-min-length=20", "--set", "synthetic-doc-max-length=30"]
 

@@ -25,6 +25,7 @@ from flower_topics.outputs import read_metrics
 ROOT = Path(__file__).resolve().parents[1]
 
 SMALL = {
+    "dataset": "synthetic",
     "synthetic-nodes": 2,
     "synthetic-topics": 4,
     "synthetic-shared-topics": 2,

@@ -30,6 +30,7 @@ from flower_topics.strategies.base import FederationError
 from flower_topics.wire.protocol import BAD_INPUT
 
 TINY = {
+    "dataset": "synthetic",
     "synthetic-nodes": 2, "synthetic-topics": 4, "synthetic-shared-topics": 2, "synthetic-vocab-size": 40,
     "synthetic-docs-per-node": 20, "synthetic-doc-min-length": 15, "synthetic-doc-max-length": 20,
     "num-topics": 4, "num-rounds": 3, "eval-iterations": 20, "pctd.consistency": 0.0,

@@ -26,6 +26,7 @@ from flower_topics.wire import ntm as wire
 torch.set_num_threads(1)
 
 TINY = {
+    "dataset": "synthetic",
     "synthetic-nodes": 3, "synthetic-topics": 5, "synthetic-shared-topics": 2, "synthetic-vocab-size": 40,
     "synthetic-docs-per-node": 20, "synthetic-doc-min-length": 15, "synthetic-doc-max-length": 20,
     "num-topics": 4, "num-rounds": 3, "federated-eval": False, "method": "ntm", "ntm.batch-size": 8,

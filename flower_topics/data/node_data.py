@@ -37,6 +37,7 @@ from flower_topics.data.prepare import synthetic_config
 from flower_topics.data.preprocessing import PreprocessConfig
 from flower_topics.data.readers import load_corpus
 from flower_topics.data.splits import ensure_split
+from flower_topics.data.embedded import resolve_dataset
 from flower_topics.data.synthetic import make_synthetic_corpus
 from flower_topics.errors import UserInputError
 from flower_topics.options import Option, coerce, one_of
@@ -208,7 +209,7 @@ def _shares(items: tuple[tuple[str, Any], ...], num_partitions: int) -> tuple[tu
         corpus, curated = ensure_split(synthetic.corpus, seed=seed, ratios=ratios), True
     else:
         reading = tuple((k, config[k]) for k in sorted(READING_KEYS))
-        corpus, curated = _read(dataset, reading, seed, float(config["heldout-fraction"]))
+        corpus, curated = _read(resolve_dataset(dataset), reading, seed, float(config["heldout-fraction"]))
     train_ids = np.flatnonzero(corpus.split != "test")
     test_ids = np.flatnonzero(corpus.split == "test")
     groups = str(config["label-groups"]).strip()

@@ -21,6 +21,7 @@ from flower_topics.data.preprocessing import PreprocessConfig
 from flower_topics.data.readers import load_corpus
 from flower_topics.data.splits import ensure_split, training_corpus
 from flower_topics.data.synthetic import SyntheticConfig, SyntheticCorpus, make_synthetic_corpus
+from flower_topics.data.embedded import resolve_dataset
 from flower_topics.errors import UserInputError
 
 SYNTHETIC = "synthetic"
@@ -101,10 +102,10 @@ def _load_cached(items: tuple[tuple[str, object], ...]) -> RunData:
     if dataset == SYNTHETIC:
         synthetic = make_synthetic_corpus(synthetic_config(config), seed=seed)
         return RunData(corpus=ensure_split(synthetic.corpus, seed=seed), synthetic=synthetic)
-    path = Path(dataset).expanduser()
+    path = Path(resolve_dataset(dataset)).expanduser()
     if not path.exists():
         raise UserInputError(
-            f"dataset {dataset!r} does not exist; pass dataset='synthetic' or the path of an OCTIS folder, "
+            f"dataset {dataset!r} does not exist; pass dataset='embedded', 'synthetic' or the path of an OCTIS folder, "
             ".jsonl, .csv or folder of .txt files"
         )
     corpus = load_corpus(
