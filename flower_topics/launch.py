@@ -30,7 +30,7 @@ FLOWER_CHATTER = (
     "Using SuperLink:", "Successfully started run", "Starting logstream for run_id", "Starting Flower Simulation",
     "default simulated SuperNodes changed", "simulated SuperNodes)", "To change federation size",
     "flwr federation simulation-config", "Successfully installed ", "FutureWarning: Tip: In future versions of Ray",
-    "warnings.warn(",
+    "warnings.warn(", "Manually terminating ClientAppActor",
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _INFO_PREFIX = re.compile(r"^INFO\s*: {6}")

@@ -83,3 +83,15 @@ def test_a_30_round_simulate_prints_under_60_lines_each_once(tmp_path):
         assert noise not in text
     assert f"outputs: {out}" in text and "privacy: no privacy mechanism" in text
     assert sum(line.startswith("  topic ") for line in lines) == 5
+
+
+def test_defaults_that_give_poor_topics_say_why_and_which_option_changes_it():
+    from flower_topics.config import parse_run_config
+    from flower_topics.methods import get_method
+
+    for method, fix in (("pctd", {"pctd.sigma": 0.01}), ("ftm", {"ftm.epsilon": 1e6, "ftm.tau": 0.5}),
+                        ("ntm", {"ntm.dp": False})):
+        (note,) = get_method(method).quality_notes(parse_run_config({"method": method}))
+        assert all(key in note for key in fix), note
+        assert get_method(method).quality_notes(parse_run_config({"method": method, **fix})) == []
+    assert get_method("lda").quality_notes(parse_run_config({})) == []
