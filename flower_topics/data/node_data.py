@@ -54,6 +54,8 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)"),
     "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
                           "release over it whatever the server says (0 = the run's dplda.epsilon)"),
+    "theta-out": Option("", "a CSV path on this party: its documents' topic mixtures under the global model, written "
+                        "at each federated evaluation (the last is the final model) and never sent ('' = off)"),
     "partition-id": Option(0, "simulation: this node's share of the run config's dataset"),
     "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into"),
 }
