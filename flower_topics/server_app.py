@@ -75,8 +75,16 @@ class RoundRecorder:
         return TopicModel(self.strategy.topic_word(arrays), self.agreement.vocabulary)
 
     def privacy(self) -> PrivacyReport:
-        """The method's privacy report, with the vocabulary agreement's spending composed in."""
-        return self.strategy.privacy_report().with_release(self.agreement.privacy)
+        """The method's privacy report, with the vocabulary agreement's spending composed in.
+
+        The ``union`` agreement sends each party's words with their document frequencies
+        outside any accountant, so a run that used it has no document-level guarantee.
+        """
+        report = self.strategy.privacy_report().with_release(self.agreement.privacy)
+        if self.agreement.mode == "union":
+            report = report.without_document_guarantee(
+                "the union vocabulary agreement (each party's words with their document frequencies)")
+        return report
 
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         """Record round ``server_round`` (round 0, the empty initial model, is skipped)."""

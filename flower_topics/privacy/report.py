@@ -3,6 +3,15 @@
 Each round the ServerApp writes :meth:`PrivacyReport.to_dict` into ``metrics.jsonl``
 and the model's metadata, and prints :meth:`PrivacyReport.summary` on the console: the
 cumulative figure with its unit, so that the console and the files never disagree.
+
+Every report states two things side by side: the guarantee on the unit the method's paper
+uses (``unit``, ``epsilon``, ``delta``: one token for PC-TD and FTM, one document for FedLDA,
+DP-SGD and DP-SVI) and the guarantee on the unit a data-protection officer signs
+(``document_epsilon``, ``document_delta``, ``document_guarantee``): adding or removing one
+document of one party, over the whole run, every release that depends on the party's
+documents composed. Where no such bound exists (no mechanism, a per-token mechanism and
+documents of unbounded length, a delta of 1, a release nobody accounts for), the document
+figures are None and ``document_guarantee`` starts with ``"none: "`` and says why.
 """
 
 from __future__ import annotations
@@ -13,6 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Mapping
 
 Unit = Literal["none", "token", "document", "party"]
+
+#: How a ``document_guarantee`` without a document-level bound begins.
+NONE = "none: "
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,12 @@ class PrivacyReport:
         The guarantee over every round so far (None without a mechanism).
     guarantee : str
         The guarantee as the paper states it, and what it assumes.
+    document_epsilon, document_delta : float or None
+        The whole run's guarantee for adding or removing one document of a party, every
+        release that depends on its documents composed; None where there is none.
+    document_guarantee : str
+        What the document figures cover (which releases, which accountant, whom it holds
+        against), or ``"none: "`` and why there is no document-level bound.
     details : Mapping
         Method-specific figures (e.g. eta, the number of tuples per document, the RDP
         order), written flat beside the fields above.
@@ -50,13 +68,60 @@ class PrivacyReport:
     epsilon: float | None = None
     delta: float | None = None
     guarantee: str = ""
+    document_epsilon: float | None = None
+    document_delta: float | None = None
+    document_guarantee: str = ""
     details: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if (self.document_epsilon is None) != (self.document_delta is None):
+            raise ValueError("document_epsilon and document_delta are given together or not at all")
+        if self.document_epsilon is not None:
+            if not (self.document_epsilon >= 0 and 0 <= self.document_delta <= 1):
+                raise ValueError("document_epsilon must be >= 0 and document_delta in [0, 1]")
+            if self.document_delta >= 1:
+                raise ValueError("a document_delta of 1 is no guarantee: give None and say why in document_guarantee")
+            if self.document_guarantee.startswith(NONE):
+                raise ValueError("a document-level figure with a 'none' document_guarantee")
+
     @classmethod
-    def no_mechanism(cls, rounds: int = 0, **details: Any) -> "PrivacyReport":
-        """The report of a run without a privacy mechanism."""
+    def no_mechanism(cls, rounds: int = 0, reason: str = "no privacy mechanism", **details: Any) -> "PrivacyReport":
+        """The report of a run without a privacy mechanism (``reason``: what is sent instead)."""
         return cls(mechanism="none", unit="none", accountant="none (no privacy mechanism)", rounds=rounds,
-                   guarantee="none", details=details)
+                   guarantee="none", document_guarantee=f"{NONE}{reason}", details=details)
+
+    @property
+    def has_document_guarantee(self) -> bool:
+        """Whether the whole run has a document-level (eps, delta) bound."""
+        return self.document_epsilon is not None
+
+    def document_figure(self) -> tuple[float, float] | None:
+        """This release's own (eps, delta) per document: the document fields, or the main ones when the unit is
+        ``document`` and no document fields were given; None when it gives no document-level bound.
+
+        A per-token release implies no per-document bound (a document holds any number of
+        tokens). A per-party release is not read as one here either (no method has one; under
+        replace-one-party adjacency it would imply one, under add/remove-a-party only at twice the eps).
+        """
+        if self.document_epsilon is not None:
+            return self.document_epsilon, self.document_delta
+        if (self.unit == "document" and not self.document_guarantee and self.epsilon is not None
+                and self.delta is not None and self.delta < 1):
+            return self.epsilon, self.delta
+        return None
+
+    def without_document_guarantee(self, release: str) -> "PrivacyReport":
+        """This report with an unaccounted release of the party's documents (e.g. the ``union`` vocabulary)
+        composed in: no document-level bound is left, and the guarantee says which release voids it."""
+        reason = f"{release} is not accounted"
+        if not self.has_document_guarantee:
+            previous = self.document_guarantee.removeprefix(NONE)
+            reason = f"{previous}; also {reason}" if previous else reason
+        else:
+            reason = (f"{reason} (without it: eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g}: "
+                      f"{self.document_guarantee})")
+        return dataclasses.replace(self, document_epsilon=None, document_delta=None,
+                                   document_guarantee=f"{NONE}{reason}")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, with ``details`` written flat beside them (a detail never overrides a field)."""
@@ -73,9 +138,16 @@ class PrivacyReport:
         With the same unit the guarantees add up by basic composition; with another unit
         (a per-token mechanism and a per-document release) they are reported side by side
         in ``details`` and the guarantee says so, since neither bound implies the other.
+
+        The document-level figures compose on their own: a per-document release (the
+        ``private`` vocabulary) adds its (eps, delta) to this report's document figures by
+        basic composition (Dwork and Roth 2014, Theorem 3.16); a release without a
+        per-document bound (per token, or per party) leaves none, and where this report has
+        none (e.g. a per-token mechanism) the release's bound does not create one.
         """
         if other is None or other.epsilon is None:
             return self
+        document = self._compose_document(other)
         if self.epsilon is None or self.unit == other.unit:
             return dataclasses.replace(
                 self, mechanism=f"{self.mechanism} + {other.mechanism}" if self.epsilon is not None else other.mechanism,
@@ -86,18 +158,40 @@ class PrivacyReport:
                             else other.accountant),
                 epsilon=(self.epsilon or 0.0) + other.epsilon, delta=(self.delta or 0.0) + other.delta,
                 guarantee=f"{self.guarantee}; plus {other.guarantee}" if self.epsilon is not None else other.guarantee,
-                details={**self.details, "release_epsilon": other.epsilon, "release_delta": other.delta})
+                details={**self.details, "release_epsilon": other.epsilon, "release_delta": other.delta},
+                **document)
         return dataclasses.replace(
             self, guarantee=f"{self.guarantee}; separately, per {other.unit}: {other.guarantee}",
             details={**self.details, f"release_epsilon_per_{other.unit}": other.epsilon,
-                     f"release_delta_per_{other.unit}": other.delta})
+                     f"release_delta_per_{other.unit}": other.delta}, **document)
+
+    def _compose_document(self, other: "PrivacyReport") -> dict[str, Any]:
+        """The document fields after composing ``other`` in (see :meth:`with_release`)."""
+        theirs = other.document_figure()
+        if not self.has_document_guarantee:
+            return {}
+        if theirs is None:
+            return dict(document_epsilon=None, document_delta=None,
+                        document_guarantee=f"{NONE}the {other.mechanism} release is per {other.unit}, which implies "
+                                           f"no per-document bound (without it: eps {self.document_epsilon:.4g}, "
+                                           f"delta {self.document_delta:.3g})")
+        delta = self.document_delta + theirs[1]
+        if delta >= 1:
+            return dict(document_epsilon=None, document_delta=None,
+                        document_guarantee=f"{NONE}composed delta {delta:.3g} >= 1")
+        return dict(document_epsilon=self.document_epsilon + theirs[0], document_delta=delta,
+                    document_guarantee=f"{self.document_guarantee}; plus the {other.mechanism} release "
+                                       f"(eps {theirs[0]:.4g}, delta {theirs[1]:.3g}), basic composition")
 
     def summary(self) -> str:
-        """One line: the cumulative epsilon and delta with their unit, e.g. for the console."""
+        """One line: the cumulative epsilon and delta with their unit, and the whole run's per-document figure."""
         if self.epsilon is None:
             return f"no privacy mechanism ({self.rounds} rounds)"
+        document = (f"eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g}" if self.has_document_guarantee
+                    else "none")
         return (f"eps {self.epsilon:.4g}, delta {self.delta:.3g} per {self.unit} after {self.rounds} "
-                f"round(s) ({self.accountant}; one round: eps {self.epsilon_round:.4g})")
+                f"round(s) ({self.accountant}; one round: eps {self.epsilon_round:.4g}); "
+                f"whole run per document: {document}")
 
 
 def _plain(value: Any) -> Any:

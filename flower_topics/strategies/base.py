@@ -228,9 +228,21 @@ class TopicStrategy(Strategy):
         """Checks that need the global model (raise :class:`ReplyError`); none by default."""
 
     def privacy_report(self) -> PrivacyReport:
-        """Privacy spent so far (none by default)."""
+        """Privacy spent so far (none by default: the update is sent as it is)."""
         rounds = sum(1 for t in self.traffic.values() if t.nodes_sampled)
-        return PrivacyReport.no_mechanism(rounds=rounds)
+        return PrivacyReport.no_mechanism(rounds=rounds, reason=f"no privacy mechanism: each party's {self.method} "
+                                          "update is sent as it is computed from its documents")
+
+    def unaccounted_evaluation(self) -> str | None:
+        """The federated evaluation as a release outside every accountant, or None when it is off.
+
+        The parties' evaluation sums (held-out log-likelihoods, token counts, co-document
+        counts of the top words) are computed from their documents and sent without noise.
+        """
+        if self.evaluation is None:
+            return None
+        return ("federated evaluation (each party's held-out log-likelihood sums and the co-document counts of the "
+                "top words, sent without noise; federated-eval=false turns it off)")
 
     # ------------------------------------------------------------ Strategy API
     def summary(self) -> None:
@@ -340,7 +352,7 @@ class TopicStrategy(Strategy):
         """On evaluation rounds, an ``evaluate`` message with the global model to every node that can take part."""
         if self.evaluation is None or not self.evaluation.due(server_round):
             return []
-        self._eval_phi = self.topic_word(arrays)
+        self._eval_phi = evaluation.model_phi(self.topic_word(arrays))  # what the parties are sent
         content = evaluation.request(self._eval_phi, self.evaluation, self.fingerprint, server_round)
         nodes = sorted(set(grid.get_node_ids()) - set(self.excluded))
         traffic = self.traffic.setdefault(server_round, RoundTraffic())

@@ -189,7 +189,8 @@ class FedLDA(TopicStrategy):
         """
         s = self.fedlda
         if s.mechanism == "none":
-            return PrivacyReport.no_mechanism(rounds=self.rounds_accounted)
+            return PrivacyReport.no_mechanism(rounds=self.rounds_accounted, reason="fedlda.mechanism='none': every "
+                                              "tuple's word and topics are sent as they are")
         l, rounds = self.max_tuples_per_doc, self.rounds_accounted
         realized = self.last_realized
         tuple_delta = realized.delta if realized is not None else 0.0
@@ -226,4 +227,23 @@ class FedLDA(TopicStrategy):
         return PrivacyReport(mechanism=s.mechanism, unit="document", accountant="basic composition",
                              rounds=rounds, epsilon_round=l * s.epsilon, delta_round=min(1.0, l * tuple_delta),
                              epsilon=rounds * l * s.epsilon, delta=delta_total, guarantee=guarantee,
+                             document_guarantee=document_guarantee(l, rounds, tuple_delta, delta_total),
                              details=details)
+
+
+def document_guarantee(tuples_per_document: int, rounds: int, tuple_delta: float, document_delta: float) -> str:
+    """Why FedLDA gives no document-level bound for the whole run (always ``"none: ..."``).
+
+    The randomizer perturbs only a tuple's word: its old and new topics are sent as they
+    are, and both depend on the document's words (the new topic is drawn from the Gibbs or
+    MH conditional of the true word), so no tuple is private as a whole, whatever the
+    word's guarantee. The word's own realized delta composes over the tuples and rounds to
+    the report's ``delta`` (1 at the README settings: delta 0.66 per tuple at gamma 1, 0.953
+    at the paper's eta, docs/fedlda.md).
+    """
+    words = (f"the words' realized per-tuple delta {tuple_delta:.3g} composes over {tuples_per_document} tuple(s) a "
+             f"document and {rounds} round(s) to delta {document_delta:.3g} per document")
+    if document_delta >= 1:
+        words += " (no guarantee even for the words alone)"
+    return (f"none: {words}; and each tuple's old and new topics leave unperturbed, drawn from the document's own "
+            "words, so the tuples are not private as a whole whatever the word randomizer gives")

@@ -81,6 +81,15 @@ def embedding_size(model: str) -> int:
     return int(dimension())
 
 
+#: What an ``ntm`` run's document-level figure covers (DP-SGD, federated evaluation off).
+DOCUMENT_GUARANTEE = (
+    "the training rounds' DP-SGD per document (add/remove one document of a party; the largest epsilon a party "
+    "reported); the vocabulary is composed in when it is accounted ('private') or public (a file); federated "
+    "evaluation is off. A party's reported epsilon (a function of q = batch-size / D) tells the server its number "
+    "of documents D, which add/remove adjacency counts as private: read the figure for a party whose document "
+    "count is public")
+
+
 class NTM(TopicStrategy):
     """gFedNTM: Sync-Opt (or FedAvg) of ProdLDA / CombinedTM / ZeroShotTM, optionally with DP-SGD.
 
@@ -230,8 +239,16 @@ class NTM(TopicStrategy):
         """Without DP none; with DP, per document, the largest epsilon a party reported (its own RDP accounting)."""
         rounds = sum(1 for t in self.traffic.values() if t.nodes_sampled)
         if not self.ntm.dp:
-            return PrivacyReport.no_mechanism(rounds=rounds)
+            return PrivacyReport.no_mechanism(rounds=rounds, reason="ntm.dp=false (the paper's method): each party's "
+                                              "gradients (or weights) are sent without noise")
         steps = 1 if self.ntm.sync == "minibatch" else self.ntm.local_steps
+        epsilon = max(self.party_epsilon.values(), default=0.0)
+        document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
+                                        document_guarantee=DOCUMENT_GUARANTEE)
+        evaluation = self.unaccounted_evaluation()
+        if evaluation is not None:
+            document = dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
+                                               f"{epsilon:.4g}, delta {self.ntm.dp_delta:g} per document)")
         return PrivacyReport(
             mechanism="gaussian (DP-SGD)", unit="document", accountant=ACCOUNTANT, rounds=rounds,
             epsilon_round=max(self.first_epsilon.values(), default=0.0), delta_round=self.ntm.dp_delta,
@@ -239,5 +256,7 @@ class NTM(TopicStrategy):
             guarantee="(eps, delta)-DP per document of a party (add/remove), DP-SGD with Poisson sampling at "
                       "q = batch-size / D_l, per-document clipping and Gaussian noise; each party's epsilon from "
                       "its own RDP accountant, the largest reported here (the server cannot check it)",
+            **document,
             details={"noise_multiplier": self.ntm.noise_multiplier, "max_grad_norm": self.ntm.max_grad_norm,
-                     "dp_steps_per_round": steps, "parties_reporting": len(self.party_epsilon)})
+                     "dp_steps_per_round": steps, "parties_reporting": len(self.party_epsilon),
+                     "training_document_epsilon": epsilon})

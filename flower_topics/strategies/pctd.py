@@ -50,6 +50,7 @@ from flower_topics.privacy.gaussian import (
     theorem1_epsilon,
     theorem1_valid,
 )
+from flower_topics.privacy.document_level import EXAMPLE_LENGTHS, gaussian_document_epsilon, unit_count_sensitivity
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import pctd as wire
@@ -179,15 +180,39 @@ class PCTD(TopicStrategy):
         """
         sigma, rounds = self.pctd.sigma, self.rounds_released
         if sigma == 0:
-            return PrivacyReport.no_mechanism(rounds=rounds, sigma=0.0)
+            return PrivacyReport.no_mechanism(rounds=rounds, reason="pctd.sigma=0: each party's statistic M_t is "
+                                              "sent without noise", sigma=0.0)
         epsilon, order = gaussian_epsilon_and_order(sigma, rounds, self.delta)
         details: dict[str, Any] = {"sigma": sigma, "sensitivity": 1.0, "rdp_order": None if rounds == 0 else order}
         if rounds:
             details["theorem1_epsilon"] = theorem1_epsilon(sigma, rounds, self.delta)
             details["theorem1_valid"] = theorem1_valid(sigma, rounds, self.delta)
+        if rounds:
+            details.update(self.document_figures(rounds))
         return PrivacyReport(mechanism="gaussian", unit="token", accountant=ACCOUNTANT, rounds=rounds,
                              epsilon_round=gaussian_epsilon(sigma, 1, self.delta).epsilon, delta_round=self.delta,
                              epsilon=epsilon, delta=self.delta,
                              guarantee="Theorem 1: (eps, delta)-DP per word occurrence (Gaussian mechanism, "
                              "sensitivity 1 on the unit counts), composed over rounds",
+                             document_guarantee="none: the guarantee is per token and a document may hold any number "
+                             "of tokens (nothing bounds its length, and the server never sees it); a document of L "
+                             "tokens gets the Gaussian at sensitivity ||its unit counts||_2, sqrt(L) when no word "
+                             "repeats inside a unit and at most "
+                             + ("L" if self.pctd.unit == "sentence" else f"about sqrt({self.pctd.ngram} L)")
+                             + " (document_epsilon_at_length*)",
                              details=details)
+
+    def document_figures(self, rounds: int) -> dict[str, Any]:
+        """eps at ``delta`` of a document of a few lengths L after ``rounds`` (:mod:`~flower_topics.privacy.document_level`).
+
+        ``document_epsilon_at_length``: the worst document of L tokens for the run's units;
+        ``document_epsilon_at_length_distinct_words``: one in which no word repeats inside a unit
+        (sensitivity ``sqrt(L)``). Keys are the lengths, as strings (JSON).
+        """
+        def at(distinct: bool) -> dict[str, float]:
+            return {str(n): gaussian_document_epsilon(
+                self.pctd.sigma, rounds, self.delta,
+                unit_count_sensitivity(n, self.pctd.unit, self.pctd.ngram, distinct_words=distinct))
+                for n in EXAMPLE_LENGTHS}
+
+        return {"document_epsilon_at_length": at(False), "document_epsilon_at_length_distinct_words": at(True)}
