@@ -138,6 +138,14 @@ class DPLDA(TopicStrategy):
         eps_rounds, delta_rounds = self.budget.for_rounds()
         sigma, q = self.dplda.noise_multiplier, self.dplda.sample_rate
         rounds = self.rounds_released()
+        epsilon = rounds_epsilon(sigma, q, rounds, delta_rounds)
+        evaluation = self.unaccounted_evaluation()  # refused by the run config; a strategy built by hand may have it
+        document: dict[str, Any] = (
+            dict(document_epsilon=epsilon, document_delta=delta_rounds,
+                 document_guarantee=f"every training round (RDP) and, composed in by the ServerApp, the vocabulary "
+                                    f"agreement when it is 'private'; {TRUST_MODEL}") if evaluation is None else
+            dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps {epsilon:.4g}, "
+                                    f"delta {delta_rounds:g} per document)"))
         return PrivacyReport(
             mechanism=f"Poisson-subsampled Gaussian on clipped expected counts (DP-SVI, Park et al. 2016), "
                       f"sigma {sigma:.4g}, q {q:g}, C {self.dplda.clip:g}",
@@ -146,8 +154,9 @@ class DPLDA(TopicStrategy):
             rounds=rounds,
             epsilon_round=rounds_epsilon(sigma, q, 1, delta_rounds),
             delta_round=delta_rounds,
-            epsilon=rounds_epsilon(sigma, q, rounds, delta_rounds),
+            epsilon=epsilon,
             delta=delta_rounds,
+            **document,
             guarantee=(f"(eps, delta)-DP for adding or removing one document of any party, over everything the "
                        f"server receives in training; {TRUST_MODEL}"),
             details={"noise_multiplier": sigma, "sample_rate": q, "clip": self.dplda.clip,
