@@ -1,8 +1,12 @@
 """Federated evaluation: the parties score the global model on their own documents, the server sums.
 
 Every ``eval-every`` rounds (by default ten times a run; and the last round) the strategy sends each node that can take part
-an ``evaluate`` message with the global topic-word matrix (float64, so the sums are exact)
-and the top-10 word ids of every topic. Each party replies with sums over its own
+an ``evaluate`` message with the global topic-word matrix only (float64, rows normalized,
+so the sums are exact). The party checks that it is a K x V topic-word matrix over the
+agreed vocabulary (finite, non-negative, each row summing to 1) and refuses it otherwise
+(a ``BAD_INPUT`` error reply of one line); it computes each topic's top-10 words itself
+(:func:`~flower_topics.metrics.coherence.coherence_word_ids`, as the server does), and
+refuses a message that names word ids of its own. Each party replies with sums over its own
 documents (:func:`party_scores`):
 
 - over its held-out documents: the document-completion log-likelihood, the number of
@@ -23,6 +27,13 @@ What evaluation releases is outside the training mechanism's privacy guarantee: 
 party, those sums (its held-out token count and log-likelihood, its number of training
 documents, the document frequencies of the current top words and their pairs, and its
 label names with their counts per topic). ``federated-eval=false`` turns it off.
+
+What the top-words check does not stop: the party cannot tell the global model from a
+crafted one. A hostile server that builds a valid phi whose rows put chosen words on top
+still chooses which words' document frequencies and co-document frequencies it learns:
+up to 10 per topic, 10 K words per evaluation (and other words at each further
+evaluation). The check only stops it from naming ids directly or sending something that
+is not a topic-word matrix.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
 from flower_topics.metrics.coherence import coherence_word_ids
 from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.federated import (
@@ -62,7 +74,8 @@ from flower_topics.wire.protocol import (
 MESSAGE_TYPE = str(MessageType.EVALUATE)
 METHOD = "evaluation"
 PHI_KEY = "topic-word"
-WORD_IDS_KEY = "word-ids"
+#: How far a row of the model a party is sent may sum from 1 (the server normalizes it in float64).
+ROW_SUM_TOLERANCE = 1e-6
 DOC_FREQ = "doc-freq"
 CO_DOC_FREQ = "co-doc-freq"
 CONTINGENCY = "contingency"
@@ -122,23 +135,86 @@ def is_eval_round(server_round: int, config: Mapping[str, Any]) -> bool:
     return server_round % eval_interval(config) == 0 or server_round == int(config["num-rounds"])
 
 
+def model_phi(topic_word: np.ndarray) -> np.ndarray:
+    """The model as the parties are sent it and the server scores it: float64, each row divided by its sum."""
+    phi = np.array(topic_word, dtype=np.float64, order="C")
+    return phi / phi.sum(axis=1, keepdims=True)
+
+
 def request(topic_word: np.ndarray, settings: EvaluationSettings, fingerprint: str, server_round: int) -> RecordDict:
-    """The content of an ``evaluate`` message: the model, the top words and the settings."""
+    """The content of an ``evaluate`` message: the model (:func:`model_phi`) and the settings, no word ids."""
     labels = settings.labels and server_round == settings.num_rounds
-    _, word_ids = coherence_word_ids(topic_word, 10)
     return RecordDict({
-        ARRAYS: ArrayRecord({PHI_KEY: Array(np.ascontiguousarray(topic_word, dtype=np.float64)),
-                             WORD_IDS_KEY: Array(word_ids.astype(np.int64))}),
+        ARRAYS: ArrayRecord({PHI_KEY: Array(model_phi(topic_word))}),
         CONFIG: ConfigRecord({"eval-alpha": settings.alpha, "eval-iterations": settings.n_iter,
                               "seed": settings.seed, "labels": labels, "vocabulary": fingerprint}),
     })
 
 
+def received_model(content: RecordDict, n_words: int) -> np.ndarray:
+    """The model of an ``evaluate`` message, checked by the party before it computes anything from it.
+
+    Parameters
+    ----------
+    content : RecordDict
+        The message's content.
+    n_words : int
+        The size of the vocabulary the party agreed to.
+
+    Returns
+    -------
+    np.ndarray
+        The ``(K, V)`` float64 topic-word matrix.
+
+    Raises
+    ------
+    UserInputError
+        One line, when the message carries arrays other than the model (word ids the server
+        chose), or the model is not a K x V matrix over the agreed vocabulary that is finite,
+        non-negative and whose rows sum to 1 (within :data:`ROW_SUM_TOLERANCE`).
+    """
+    arrays = content[ARRAYS] if ARRAYS in content.array_records else ArrayRecord()
+    extra = sorted(set(arrays.keys()) - {PHI_KEY})
+    if extra:
+        raise UserInputError(f"the evaluate message carries {', '.join(repr(k) for k in extra)} besides the model; a "
+                             "party computes the top words itself from the model and answers nothing else")
+    if PHI_KEY not in arrays:
+        raise UserInputError(f"the evaluate message has no model ('{PHI_KEY}')")
+    phi = np.asarray(arrays[PHI_KEY].numpy())
+    if phi.ndim != 2 or phi.shape[0] < 1:
+        raise UserInputError(f"the evaluate message's model of shape {phi.shape} is not a K x V topic-word matrix")
+    if phi.shape[1] != n_words:
+        raise UserInputError(f"the evaluate message's model has {phi.shape[1]} columns but the agreed vocabulary has "
+                             f"{n_words} words")
+    if not np.issubdtype(phi.dtype, np.floating):
+        raise UserInputError(f"the evaluate message's model is of dtype {phi.dtype}, not a float topic-word matrix")
+    phi = np.ascontiguousarray(phi, dtype=np.float64)
+    if not np.isfinite(phi).all():
+        raise UserInputError("the evaluate message's model has entries that are not finite")
+    if (phi < 0).any():
+        raise UserInputError("the evaluate message's model has negative entries")
+    error = float(np.abs(phi.sum(axis=1) - 1.0).max())
+    if error > ROW_SUM_TOLERANCE:
+        raise UserInputError(f"the evaluate message's model rows do not sum to 1 (off by up to {error:.3g}): it is "
+                             "not a topic-word matrix")
+    return phi
+
+
 def party_scores(content: RecordDict, training: Corpus, heldout: Corpus) -> RecordDict:
-    """A party's sums for an ``evaluate`` message (see the module docstring)."""
+    """A party's sums for an ``evaluate`` message (see the module docstring).
+
+    The model is checked first (:func:`received_model`); the co-document counts are those of
+    its own top words (:func:`~flower_topics.metrics.coherence.coherence_word_ids`), never of
+    words the server names.
+
+    Raises
+    ------
+    UserInputError
+        For a message that is not an honest ``evaluate`` request (:func:`received_model`).
+    """
     config = content[CONFIG]
-    phi = content[ARRAYS][PHI_KEY].numpy()
-    word_ids = content[ARRAYS][WORD_IDS_KEY].numpy()
+    phi = received_model(content, training.n_words)
+    _, word_ids = coherence_word_ids(phi, 10)
     alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
     held = heldout_loglik(phi, heldout, alpha=alpha, n_iter=n_iter, seed=seed)
     co = cooccurrence(training, word_ids)
@@ -191,7 +267,12 @@ def parse_reply(reply: Message, n_topics: int, n_words: int) -> PartyScores:
 
 
 def combine(parts: Sequence[PartyScores], topic_word: np.ndarray) -> dict[str, float | int]:
-    """The pooled metrics from the parties' sums (and diversity, from the model alone)."""
+    """The pooled metrics from the parties' sums (and diversity, from the model alone).
+
+    ``topic_word`` is the model as the strategy holds it; its top words are those of
+    :func:`model_phi` of it, the matrix the parties were sent and took their top words from.
+    """
+    topic_word = model_phi(topic_word)
     top_ids, word_ids = coherence_word_ids(topic_word, 10)
     held = sum((p.held for p in parts), HeldOut(0.0, 0, 0))
     co = sum((p.co for p in parts), Cooccurrence(0, np.zeros(word_ids.size, np.int64),
