@@ -310,6 +310,9 @@ def document_topics(topic_word: np.ndarray, documents: DocumentCounts, *, alpha:
     return DocumentTopics(documents.ids, theta, documents.n_words, documents.n_oov)
 
 
+_PARTY_DOCUMENTS: dict[tuple[Any, ...], DocumentCounts] = {}
+
+
 def keep_party_theta(msg: Any, context: Any, run_config: Mapping[str, Any]) -> Path | None:
     """On a party whose node config sets ``theta-out``: write its documents' topics under the evaluated model.
 
@@ -341,8 +344,14 @@ def keep_party_theta(msg: Any, context: Any, run_config: Mapping[str, Any]) -> P
         request = msg.content[CONFIG]
         reading = {key: options.get(key, run_config.get(key, READING_DEFAULTS.get(key))) for key in READING_KEYS}
         if options.get("dataset"):
-            documents = read_documents(str(options["dataset"]), vocabulary, text_column=str(reading["text-column"]),
-                                       lowercase=bool(reading["lowercase"]), stopwords=str(reading["stopwords"]))
+            path = Path(str(options["dataset"])).expanduser()
+            key = (str(path), path.stat().st_mtime_ns, tuple(sorted(reading.items())), tuple(vocabulary))
+            if key not in _PARTY_DOCUMENTS:  # read once a run, not at every evaluation
+                _PARTY_DOCUMENTS.clear()
+                _PARTY_DOCUMENTS[key] = read_documents(path, vocabulary, text_column=str(reading["text-column"]),
+                                                       lowercase=bool(reading["lowercase"]),
+                                                       stopwords=str(reading["stopwords"]))
+            documents = _PARTY_DOCUMENTS[key]
         else:
             share = simulated_share(run_config, int(options["partition-id"]), int(options["num-partitions"])).corpus
             documents = count_corpus(share, vocabulary)
