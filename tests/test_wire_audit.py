@@ -3,21 +3,32 @@ evaluation) is on the documented list of what may leave a party; a leaking clien
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord
+from flwr.app import Array, ConfigRecord, Message
 
+from flower_topics import evaluation
+from flower_topics.agreement import agree_vocabulary
 from flower_topics.client_app import agreed_documents, data_config, make_client_app
 from flower_topics.methods import METHODS
+from flower_topics.metrics.coherence import coherence_word_ids
+from flower_topics.metrics.federated import cooccurrence
 from flower_topics.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
-from tests.test_trust_boundary import BASE, write_corpus
+from flower_topics.wire.protocol import BAD_INPUT, vocabulary_fingerprint
+from tests.test_trust_boundary import BASE, TOPICS, write_corpus
 from tests.wire_audit import Audit, AuditError, leaky, party_sizes
 
 
 def _run(tmp_path, method, client=None, **extra):
     a = write_corpus(tmp_path / "a.jsonl", ["pets", "money"], 50, seed=1)
     b = write_corpus(tmp_path / "b.jsonl", ["space", "money"], 40, seed=2)
+    if method == "dplda":  # only an accounted or public vocabulary (a public file: no candidates), no evaluation
+        vocabulary = tmp_path / "vocabulary.txt"
+        vocabulary.write_text("\n".join(w for label in ("pets", "money", "space") for w in TOPICS[label]))
+        extra = {"vocabulary": str(vocabulary), "federated-eval": False, **extra}
     config = {**BASE, "method": method, "pctd.consistency": 0.0, "output-dir": str(tmp_path / method), **extra}
     app = make_client_app(config)
     audit = Audit()
@@ -31,11 +42,17 @@ def _run(tmp_path, method, client=None, **extra):
     return audit, sizes
 
 
+def _documents(context):
+    return agreed_documents(context, data_config({**BASE}))
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_message_a_party_sends_is_on_the_documented_list(tmp_path, method):
     audit, sizes = _run(tmp_path, method)
-    seen = audit.check(sizes)
-    assert seen == {"query.candidates": 2, "query.vocabulary": 2, f"train.{method}": 6, "evaluate": 6}
+    seen = audit.check(sizes, _documents)
+    stages = {"query.vocabulary": 2, f"train.{method}": 6}
+    stages.update({} if method == "dplda" else {"query.candidates": 2, "evaluate": 6})
+    assert seen == stages
 
 
 def test_the_audit_fails_on_a_party_that_sends_its_document_lengths(tmp_path):
@@ -80,3 +97,96 @@ def test_an_undocumented_free_axis_as_long_as_the_documents_fails_the_audit(tmp_
 def _tuple_counts(audit):
     return [reply.content["update"]["tuples"].numpy().shape[0] for request, reply, _ in audit.sent
             if request.metadata.message_type == "train.fedlda"]
+
+
+# ----------------------------------------------------------------------------- a hostile server
+
+
+def _hostile_setup(tmp_path):
+    """Two parties after the agreement; party a (node 101) has a rare word, 'smith', in two documents."""
+    a = write_corpus(tmp_path / "a.jsonl", ["pets", "money"], 50, seed=1)
+    with a.open("a", encoding="utf-8") as fh:
+        for text in ("Mrs Smith took a loan.", "The vet saw Mrs Smith."):
+            fh.write(json.dumps({"text": text, "label": "pets"}) + "\n")
+    b = write_corpus(tmp_path / "b.jsonl", ["space", "money"], 40, seed=2)
+    config = {**BASE, "output-dir": str(tmp_path / "hostile")}
+    audit = Audit()
+    grid = InProcessGrid(audit.wrap(make_client_app(config)), [{"dataset": str(a)}, {"dataset": str(b)}], config)
+    vocabulary = agree_vocabulary(grid, config).vocabulary
+    assert "smith" in vocabulary
+    return grid, audit, vocabulary, config
+
+
+def _honest_phi(vocabulary):
+    """One topic over the pets words (a model a server could have trained), smoothed: a valid distribution."""
+    phi = np.full((1, len(vocabulary)), 1e-3)
+    for word in ("cat", "dog", "puppy", "kitten", "leash", "vet", "fur", "bank", "loan", "cash"):
+        phi[0, vocabulary.index(word)] = 1.0
+    return phi / phi.sum(axis=1, keepdims=True)
+
+
+def _evaluate(grid, vocabulary, phi, word_ids=None):
+    settings = evaluation.EvaluationSettings(every=1, num_rounds=1, n_iter=5)
+    content = evaluation.request(_honest_phi(vocabulary), settings, vocabulary_fingerprint(vocabulary), 1)
+    content["arrays"][evaluation.PHI_KEY] = Array(np.asarray(phi))  # as the server crafted it, not normalized
+    if word_ids is not None:  # what the server used to send beside phi, here chosen by the server
+        content["arrays"]["word-ids"] = Array(np.asarray(word_ids, dtype=np.int64))
+    (reply,) = grid.send_and_receive([Message(content=content, message_type=evaluation.MESSAGE_TYPE,
+                                              dst_node_id=101)])
+    return reply
+
+
+def test_a_hostile_server_naming_rare_word_ids_does_not_get_their_co_document_counts(tmp_path):
+    """The server sends a valid model but names other word ids (the rare 'smith' among them): the party
+    answers only the counts of that model's own top words, or refuses; never the named words' counts."""
+    grid, audit, vocabulary, config = _hostile_setup(tmp_path)
+    phi = _honest_phi(vocabulary)
+    top = coherence_word_ids(phi, 10)[1]
+    others = np.setdiff1d(np.arange(len(vocabulary)), top)
+    smith = vocabulary.index("smith")
+    rare = np.sort(np.concatenate([[smith], others[others != smith][: top.size - 1]]))
+    assert smith in rare and rare.size == top.size  # the same shape as an honest reply
+    reply = _evaluate(grid, vocabulary, phi, rare)
+    training = _documents(grid.contexts[101]).training
+    if reply.has_error():
+        assert reply.error.code == BAD_INPUT and "\n" not in reply.error.reason
+    else:
+        sent = reply.content["update"][evaluation.DOC_FREQ].numpy()
+        np.testing.assert_array_equal(sent, cooccurrence(training, top).doc_freq)
+    audit.check(party_sizes(_documents), _documents)  # every reply, the agreement's included, passes the audit
+
+
+@pytest.mark.parametrize("craft, why", [
+    (lambda phi: phi * 3.0, "rows do not sum to 1"),
+    (lambda phi: np.where(np.arange(phi.shape[1]) == 0, -0.1, phi), "negative"),
+    (lambda phi: np.where(np.arange(phi.shape[1]) == 0, np.nan, phi), "finite"),
+    (lambda phi: np.hstack([phi, np.zeros((1, 1))]), "columns"),
+    (lambda phi: phi[0], "K x V"),
+])
+def test_a_party_refuses_a_model_that_is_not_a_topic_word_matrix_over_its_vocabulary(tmp_path, craft, why):
+    """A crafted phi (unnormalized rows that put rare words on top, negative or NaN entries, another V):
+    one BAD_INPUT line, no counts."""
+    grid, _, vocabulary, _ = _hostile_setup(tmp_path)
+    reply = _evaluate(grid, vocabulary, craft(_honest_phi(vocabulary)))
+    assert reply.has_error() and reply.error.code == BAD_INPUT, reply.error.reason if reply.has_error() else reply
+    assert why in reply.error.reason and "\n" not in reply.error.reason
+
+
+def test_the_audit_fails_on_a_party_that_answers_counts_of_other_words(tmp_path):
+    """Same shapes, other words: only recomputing the counts from the party's documents catches it."""
+    def other_words(app):
+        def client(msg, context):
+            reply = app(msg, context)
+            if msg.metadata.message_type == "evaluate" and not reply.has_error():
+                training = _documents(context).training
+                n = reply.content["update"][evaluation.DOC_FREQ].numpy().size
+                co = cooccurrence(training, np.arange(training.n_words)[::-1][:n])
+                reply.content["update"][evaluation.DOC_FREQ] = Array(co.doc_freq)
+                reply.content["update"][evaluation.CO_DOC_FREQ] = Array(co.co_doc_freq)
+            return reply
+        return client
+
+    audit, sizes = _run(tmp_path, "lda", client=other_words)
+    audit.check(sizes)  # keys, dtypes and shapes are all as documented
+    with pytest.raises(AuditError, match="not the top words of the model it was sent"):
+        audit.check(sizes, _documents)

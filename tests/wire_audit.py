@@ -8,13 +8,16 @@ What may leave a party, by message type (README, "What leaves a party"):
 - ``query.vocabulary``: nothing (an empty metrics record);
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``);
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.reply_spec`) and its label
-  names.
+  names; the document frequencies are those of the top words of the model the party was sent
+  (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
 
 Beyond the protocol's keys, dtypes and shapes (which pin every axis to K, V or the number
 of top words, except a few documented free axes), the audit checks that no reply carries a
 string outside the agreement's words and the evaluation's label names, and that no free
 axis outside :data:`DOCUMENTED_FREE_AXES` is as long as the party's documents, held-out
-documents or tokens (a per-document or per-token statistic).
+documents or tokens (a per-document or per-token statistic). Given the party's documents,
+it also recomputes every ``evaluate`` reply's D(w) and D(wi, wj) from the model the party
+was sent: a reply with the counts of any other words (the shapes alone cannot tell) fails.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flower_topics import evaluation
 from flower_topics.methods import METHODS
 from flower_topics.metrics.coherence import coherence_word_ids
+from flower_topics.metrics.federated import cooccurrence
 from flower_topics.wire import agreement
 from flower_topics.wire.protocol import CONFIG, METRICS, ReplyError, ReplySpec, validate_reply
 
@@ -59,9 +63,12 @@ class Audit:
 
         return audited
 
-    def check(self, sizes: Callable[[Context], set[int]]) -> dict[str, int]:
+    def check(self, sizes: Callable[[Context], set[int]],
+              documents_of: Callable[[Context], Any] | None = None) -> dict[str, int]:
         """Check every reply; ``sizes(context)`` gives the party's document and token counts.
 
+        With ``documents_of(context)`` (the party's ``AgreedDocuments``), every ``evaluate``
+        reply's co-document counts are also recomputed from the model it answered.
         Returns the number of replies checked per message type.
         """
         seen: dict[str, int] = {}
@@ -81,6 +88,8 @@ class Audit:
                 raise AuditError(f"{kind} reply of node {context.node_id}: {exc}") from None
             _no_strings(kind, reply)
             _no_per_document_arrays(kind, reply, sizes(context), free_axes)
+            if kind == evaluation.MESSAGE_TYPE and documents_of is not None:
+                _only_top_words(request, reply, documents_of(context), context.node_id)
         return seen
 
 
@@ -99,6 +108,17 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
         spec = method.reply_spec(config, int(str(config["vocabulary"]).split(":")[0]))
     free = {(key, axis) for key, array in spec.arrays.items() for axis, n in enumerate(array.shape) if n is None}
     return spec, free - set(DOCUMENTED_FREE_AXES)
+
+
+def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:
+    """The reply's D(w) and D(wi, wj) are the counts of the top words of the model it was sent."""
+    phi = request.content["arrays"][evaluation.PHI_KEY].numpy()
+    honest = cooccurrence(documents.training, coherence_word_ids(phi, 10)[1])
+    update = reply.content["update"]
+    if not (np.array_equal(update[evaluation.DOC_FREQ].numpy(), honest.doc_freq)
+            and np.array_equal(update[evaluation.CO_DOC_FREQ].numpy(), honest.co_doc_freq)):
+        raise AuditError(f"evaluate reply of node {node_id}: co-document counts of words that are not the top words "
+                         "of the model it was sent")
 
 
 def _no_strings(kind: str, reply: Message) -> None:
