@@ -70,6 +70,9 @@ def install(verbose: bool) -> None:
     _FILTER.user_error = False
     if _FILTER not in FLOWER_LOGGER.filters:
         FLOWER_LOGGER.addFilter(_FILTER)
+    # Flower's logger has its own console handler; a root handler some library installs (a basicConfig on
+    # import) would print every line a second time.
+    FLOWER_LOGGER.propagate = False
     package = logging.getLogger("flower_topics")
     if _FORWARD not in package.handlers:
         package.addHandler(_FORWARD)

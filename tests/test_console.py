@@ -36,8 +36,11 @@ def test_filter_drops_flower_info_unless_verbose(caplog):
         def emit(self, record):
             records.append(record.getMessage())
 
-    handler = Keep()
+    handler, rooted = Keep(), []
     FLOWER_LOGGER.addHandler(handler)
+    root = logging.Handler()
+    root.emit = rooted.append
+    logging.getLogger().addHandler(root)  # a library's basicConfig must not print Flower's lines twice
     try:
         console.install(verbose=False)
         FLOWER_LOGGER.info("Aggregated MetricRecord: {...}")
@@ -51,7 +54,9 @@ def test_filter_drops_flower_info_unless_verbose(caplog):
         FLOWER_LOGGER.error("ServerApp raised an exception")
     finally:
         FLOWER_LOGGER.removeHandler(handler)
+        logging.getLogger().removeHandler(root)
         console.install(verbose=False)
+    assert rooted == []
     assert records == ["round 2: reply of node 3 rejected", "round 1/2", "Starting strategy",
                        "flower-topics: error: 'num-topics' = 0 must be >= 1"]
 
