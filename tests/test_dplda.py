@@ -232,3 +232,100 @@ def test_run_config_errors_are_one_line_before_round_1(tmp_path):
     for change, message in cases:
         with pytest.raises(UserInputError, match=message):
             parse_run_config({**good, **change})
+
+
+# ---------------------------------------------------------------- the strategy
+
+
+def _strategy(**kw):
+    from flower_topics.strategies.dplda import DPLDA
+    from tests.flower_harness import as_server, vocabulary
+
+    as_server()
+    settings = _settings(n_topics=2, sample_rate=0.5, clip=2.0, noise_multiplier=1.5, epsilon=3.0)
+    options = dict(budget=Budget(3.0, 1e-5), eta=0.1, tau0=1.0, kappa=0.5, threshold=1.0, background=0.0,
+                   init="random", seed=0)
+    options.update(kw)
+    return DPLDA(vocabulary(3), settings, **options)
+
+
+def _round(strategy, server_round, arrays, statistics):
+    from tests.flower_harness import FixedNodesGrid, reply_content, reply_from
+
+    nodes = list(range(7, 7 + len(statistics)))
+    msgs = list(strategy.configure_train(server_round, arrays, ConfigRecord(), FixedNodesGrid(nodes)))
+    by_node = {m.metadata.dst_node_id: m for m in msgs}
+    replies = [reply_from(n, by_node[n], reply_content("dplda", {STATISTIC_KEY: np.asarray(s, np.float32)}))
+               for n, s in zip(nodes, statistics)]
+    return msgs, strategy.aggregate_train(server_round, replies)
+
+
+def test_the_natural_gradient_step_and_the_noise_variance_by_hand():
+    from flower_topics.strategies.dplda import RAW_KEY, VARIANCE_KEY
+
+    strategy = _strategy()
+    arrays = strategy.initial_arrays()
+    s1, s2 = [[1.0, 2.0, -1.0], [0.0, 4.0, 3.0]], [[3.0, 0.0, 1.0], [2.0, -2.0, 1.0]]
+    msgs, (arrays, metrics) = _round(strategy, 1, arrays, [s1, s2])
+    # rho_0 = (1 + 0)^-0.5 = 1: lambda = eta + S / q; two replies of noise (sigma C / q)^2 = (1.5 * 2 / 0.5)^2 = 36
+    expected = 0.1 + (np.array(s1) + np.array(s2)) / 0.5
+    np.testing.assert_allclose(arrays[RAW_KEY].numpy(), expected)
+    assert arrays[VARIANCE_KEY].numpy()[0] == pytest.approx(72.0)
+    sent = msgs[0].content["arrays"]
+    assert list(sent.keys()) == [LAMBDA_KEY] and sent[LAMBDA_KEY].numpy().dtype == np.float32
+    assert DPLDASettings.from_record(msgs[0].content["config"]) == strategy.dplda
+    # round 2: rho_1 = 2^-0.5; one reply
+    _, (arrays2, _) = _round(strategy, 2, arrays, [s1])
+    rho = 2 ** -0.5
+    np.testing.assert_allclose(arrays2[RAW_KEY].numpy(), (1 - rho) * expected + rho * (0.1 + np.array(s1) / 0.5))
+    assert arrays2[VARIANCE_KEY].numpy()[0] == pytest.approx((1 - rho) ** 2 * 72 + rho ** 2 * 36)
+    assert metrics["noise-std"] == pytest.approx(np.sqrt(72.0))
+
+
+def test_public_lambda_thresholds_and_spreads_the_background_by_hand():
+    from flower_topics.strategies.dplda import public_lambda
+
+    average = np.array([[10.1, 3.1, -5.0], [0.1, 8.1, 2.6]])
+    # signal = average - 0.1 = [[10, 3, -5.1], [0, 8, 2.5]]; threshold 1 * sqrt(9) = 3: keep > 3
+    np.testing.assert_allclose(public_lambda(average, 9.0, eta=0.1, threshold=1.0, background=0.0),
+                               [[10.1, 0.1, 0.1], [0.1, 8.1, 0.1]])
+    # background 0.5: each row gets its kept mass again, spread by u = positive column sums (10, 11, 0) / 21
+    got = public_lambda(average, 9.0, eta=0.1, threshold=1.0, background=0.5)
+    u = np.array([10.0, 11.0, 1e-12]) / (21.0 + 1e-12)
+    np.testing.assert_allclose(got, [[10.1, 0.1, 0.1], [0.1, 8.1, 0.1]] + np.outer([10.0, 8.0], u), rtol=1e-9)
+
+
+def test_the_report_counts_every_round_a_party_was_asked_and_stays_within_the_target():
+    strategy = _strategy()
+    arrays = strategy.initial_arrays()
+    _round(strategy, 1, arrays, [np.zeros((2, 3))])
+    strategy.configure_train(2, arrays, ConfigRecord(), __import__("tests.flower_harness").flower_harness
+                             .FixedNodesGrid([7]))  # asked, the reply never came: the round still counts
+    report = strategy.privacy_report()
+    assert report.unit == "document" and report.rounds == 2
+    assert report.epsilon == pytest.approx(rounds_epsilon(1.5, 0.5, 2, 1e-5))
+    # a run calibrated to its target ends at it (not above) after num-rounds
+    sigma = noise_multiplier(3.0, 1e-5, 0.5, 5)
+    assert rounds_epsilon(sigma, 0.5, 5, 1e-5) <= 3.0
+
+
+def test_a_small_dplda_run_end_to_end_reports_the_whole_run_on_the_document(tmp_path):
+    from flower_topics.client_app import make_client_app
+    from flower_topics.server_app import run_server
+    from flower_topics.simulations.inprocess import InProcessGrid
+    from tests.test_method_contract import TINY
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(f"w{i:04d}" for i in range(40)) + "\n")
+    config = {**TINY, "method": "dplda", "vocabulary": "private", "vocabulary-epsilon": 4.0,
+              "vocabulary-delta": 1e-6, "vocabulary-max-words": 3, "synthetic-docs-per-node": 300,
+              "federated-eval": False, "dplda.epsilon": 20.0,
+              "dplda.sample-rate": 0.5, "num-rounds": 4, "output-dir": str(tmp_path / "run"),
+              "dplda.init": "random"}
+    model = run_server(InProcessGrid.partitions(make_client_app(config), 2, config), config)
+    report = model.metadata["privacy"]
+    # vocabulary (4, 1e-6) composed with the rounds, whose share is what the vocabulary left of the target
+    assert report["unit"] == "document" and report["rounds"] == 4
+    assert report["epsilon"] == pytest.approx(20.0, abs=0.05) and report["epsilon"] <= 20.0 + 1e-9
+    assert report["delta"] == pytest.approx(1e-5)
+    np.testing.assert_allclose(model.topic_word.sum(axis=1), 1.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,10 +37,13 @@ TINY = {
     "num-topics": 4, "num-rounds": 3, "eval-iterations": 20, "pctd.consistency": 0.0,
 }
 REPORT_FIELDS = {f.name for f in dataclasses.fields(PrivacyReport)} - {"details"}
+#: What a method needs beyond TINY to run at all (dplda: an accounted vocabulary, no federated evaluation).
+NEEDS = {"dplda": {"vocabulary": str(Path(__file__).parent / "fixtures" / "synthetic40_vocabulary.txt"),
+                   "federated-eval": False, "dplda.epsilon": 50.0, "dplda.sample-rate": 0.5, "dplda.init": "random"}}
 
 
 def _config(method: str, **extra) -> dict:
-    return {**TINY, "method": method, **extra}
+    return {**TINY, "method": method, **NEEDS.get(method, {}), **extra}
 
 
 def _strategy(method: str, grid=None, **extra):
@@ -114,7 +118,7 @@ def _malformed(method: str, strategy, reply: Message) -> dict[str, tuple[Message
     if np.issubdtype(array.dtype, np.floating):
         cases["nan"] = (_update_with(reply, lambda a: a[key].flat.__setitem__(0, np.nan)), "NaN or infinite")
         cases["inf"] = (_update_with(reply, lambda a: a[key].flat.__setitem__(0, np.inf)), "NaN or infinite")
-    if method in ("lda", "pctd"):  # K x V arrays: a topic count other than what was sent
+    if method in ("lda", "pctd", "dplda"):  # K x V arrays: a topic count other than what was sent
         cases["topic count"] = (_update_with(reply, lambda a: a.update({key: np.concatenate([a[key], a[key]])})),
                                 "shape")
     if method == "lda":

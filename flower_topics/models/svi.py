@@ -166,3 +166,23 @@ def natural_gradient_step(lam: np.ndarray, estimate: np.ndarray, rho: float) -> 
 def initial_lambda(n_topics: int, n_words: int, seed: int) -> np.ndarray:
     """The public initial ``lambda``: Gamma(100, 1/100) entries (Hoffman et al.'s initialization) from ``seed``."""
     return np.random.default_rng(seed).gamma(100.0, 0.01, size=(n_topics, n_words))
+
+
+def embedding_lambda(embeddings: np.ndarray, n_topics: int, seed: int, *, temperature: float = 0.05,
+                     mass: float = 1000.0) -> np.ndarray:
+    """A public initial ``lambda`` from word embeddings alone: one topic per k-means cluster of the words.
+
+    The words' embeddings (of a public model, over the public or accounted vocabulary) are
+    normalized and clustered into ``n_topics`` clusters (k-means, seeded); topic ``k`` puts
+    mass ``mass`` on the words in proportion to ``exp(cos(word, centroid_k) / temperature)``.
+    No document enters it, so it costs no privacy; it breaks the topics' symmetry before the
+    first noisy release, which a random ``lambda`` leaves to the noise.
+    """
+    from sklearn.cluster import KMeans
+
+    unit = embeddings / np.maximum(np.linalg.norm(embeddings, axis=1, keepdims=True), 1e-12)
+    centers = KMeans(n_topics, n_init=4, random_state=seed).fit(unit).cluster_centers_
+    centers /= np.maximum(np.linalg.norm(centers, axis=1, keepdims=True), 1e-12)
+    similarity = centers @ unit.T
+    weights = np.exp((similarity - similarity.max(axis=1, keepdims=True)) / temperature)
+    return mass * weights / weights.sum(axis=1, keepdims=True) + 1e-3

@@ -2,22 +2,28 @@
 
 Park, Foulds, Chaudhuri and Welling 2016 ("Private topic modeling", arXiv 1609.04120),
 Algorithm 1, on the federation; the variational updates are online LDA's (Hoffman, Blei and
-Bach, NIPS 2010, Algorithm 2). The global model is ``lambda`` (``K x V``, the topics'
-Dirichlet parameters). Each round every sampled party sends the noisy, clipped sum of the
-expected sufficient statistics of a Poisson sample of its documents
-(:mod:`flower_topics.clients.dplda`); the strategy
+Bach, NIPS 2010, Algorithm 2). The server keeps the running average ``lambda`` of online LDA (``K x V``, raw: the noise
+may leave cells negative) and the variance of the noise it carries. Each round every
+sampled party sends the noisy, clipped sum of the expected sufficient statistics of a
+Poisson sample of its documents (:mod:`flower_topics.clients.dplda`); the strategy
 
-1. sums them, ``S = sum_p S_p`` (each party's noise ``N(0, (sigma C)^2)`` per cell, so the sum
-   carries ``n_replies (sigma C)^2``);
-2. post-processes ``S`` (no privacy cost): cells below ``threshold`` standard deviations of
-   that summed noise are set to 0, which also removes every negative cell;
-3. scales to the full corpus, ``lambda_tilde = eta + S / q`` (each document was included with
-   probability ``q``, so ``S / q`` estimates the full-corpus statistic), and takes the
-   natural-gradient step ``lambda <- (1 - rho_t) lambda + rho_t lambda_tilde``,
-   ``rho_t = (tau0 + t)^-kappa`` (Hoffman et al. 2010, eq. 7 and Section 2.2).
+1. sums them, ``S = sum_p S_p`` (each party adds ``N(0, (sigma C)^2)`` per cell, so the sum
+   carries variance ``n_replies (sigma C)^2``);
+2. scales to the full corpus, ``lambda_tilde = eta + S / q`` (each document was included with
+   probability ``q``), and takes the natural-gradient step
+   ``lambda <- (1 - rho_t) lambda + rho_t lambda_tilde``, ``rho_t = (tau0 + t)^-kappa``
+   (Hoffman et al. 2010, eq. 7 and Section 2.2), tracking the noise variance of every cell,
+   ``v <- (1 - rho_t)^2 v + rho_t^2 n_replies (sigma C / q)^2``.
 
-The topics are ``E[beta_k] = lambda_k / sum_w lambda_kw``. The initial ``lambda`` is public,
-drawn from the run seed (Gamma(100, 1/100), as Hoffman et al.).
+What the parties get and the run's topics are the *public* ``lambda``, post-processing of
+the average that costs no privacy (:func:`public_lambda`): cells below ``threshold`` noise
+standard deviations set to 0, and a background of the corpus' word frequencies (the
+thresholded-out mass is not lost: ``background`` of each topic's mass is spread over the
+words in proportion to the column sums of the average, a private unigram estimate that
+carries ``K`` times the signal of one cell). The initial ``lambda`` is public: one topic
+per k-means cluster of the vocabulary's word embeddings (``init='embedding'``, the offline
+all-MiniLM-L6-v2; no document enters it) or random (``init='random'``, Gamma(100, 1/100) as
+Hoffman et al.), both from the run seed.
 
 Privacy (:mod:`flower_topics.privacy.accountant`). The user sets the whole run's target
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
@@ -46,14 +52,31 @@ TRUST_MODEL = ("every party adds the full noise to its own release: the guarante
                "every other party, trusting none of them (no secure aggregation)")
 
 
-def lambda_record(lam: np.ndarray, dtype: type = np.float64) -> ArrayRecord:
-    """Wrap the ``K x V`` topic parameters as the ArrayRecord the strategy exchanges."""
-    return ArrayRecord({wire.LAMBDA_KEY: Array(np.ascontiguousarray(lam, dtype=dtype))})
+RAW_KEY = "lambda-average"
+VARIANCE_KEY = "noise-variance"
 
 
-def denoise(statistic: np.ndarray, noise_std: float, threshold: float) -> np.ndarray:
-    """Cells of a noisy statistic below ``threshold`` noise standard deviations (and all negative cells) set to 0."""
-    return np.where(statistic > threshold * noise_std, statistic, 0.0)
+def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float, threshold: float,
+                  background: float) -> np.ndarray:
+    """The topics' public Dirichlet parameters from the noisy running average (post-processing).
+
+    ``eta + T_k + background / (1 - background) * |T_k| u``, where ``T = (average - eta)`` with
+    every cell below ``threshold * sqrt(noise_variance)`` set to 0 (negative cells always), ``|T_k|``
+    its row sums and ``u`` the normalized positive part of the average's column sums.
+    """
+    signal = average - eta
+    kept = np.where(signal > threshold * np.sqrt(noise_variance), signal, 0.0)
+    if background <= 0:
+        return eta + kept
+    unigram = np.maximum(signal.sum(axis=0), 0.0) + 1e-12
+    unigram /= unigram.sum()
+    return eta + kept + background / (1.0 - background) * kept.sum(axis=1, keepdims=True) * unigram
+
+
+def model_record(average: np.ndarray, noise_variance: float) -> ArrayRecord:
+    """The strategy's global state: the raw running average and its noise variance."""
+    return ArrayRecord({RAW_KEY: Array(np.ascontiguousarray(average, dtype=np.float64)),
+                        VARIANCE_KEY: Array(np.array([noise_variance], dtype=np.float64))})
 
 
 class DPLDA(TopicStrategy):
@@ -72,7 +95,11 @@ class DPLDA(TopicStrategy):
     tau0, kappa : float (default: 1.0, 0.7)
         Step size ``rho_t = (tau0 + t)^-kappa``.
     threshold : float (default: 2.0)
-        Post-processing threshold in standard deviations of the round's summed noise.
+        Post-processing threshold in standard deviations of the average's noise.
+    background : float (default: 0.2)
+        Share of each public topic's mass spread as the word-frequency background, in [0, 1).
+    init : {"embedding", "random"} (default: "embedding")
+        The public initial ``lambda``.
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed``, ``evaluation`` of
         :class:`TopicStrategy`; the seed also draws the initial ``lambda``.
@@ -82,11 +109,14 @@ class DPLDA(TopicStrategy):
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.DPLDASettings, *, budget: Budget,
                  eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 2.0,
-                 **federation: Any) -> None:
+                 background: float = 0.2, init: str = "embedding", **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
+        if not 0 <= background < 1:
+            raise ValueError("background must be in [0, 1)")
         self.dplda = settings
         self.budget = budget
-        self.eta, self.tau0, self.kappa, self.threshold = eta, tau0, kappa, threshold
+        self.eta, self.tau0, self.kappa, self.threshold, self.background = eta, tau0, kappa, threshold, background
+        self.init = init
         self.updates = 0
 
     @classmethod
@@ -95,19 +125,31 @@ class DPLDA(TopicStrategy):
         wire.check_config(config)
         return cls(vocabulary, wire.settings(config), budget=wire.budget(config), eta=float(config["beta"]),
                    tau0=float(config["dplda.tau0"]), kappa=float(config["dplda.kappa"]),
-                   threshold=float(config["dplda.threshold"]), **cls.federation_options(config))
+                   threshold=float(config["dplda.threshold"]), background=float(config["dplda.background"]),
+                   init=str(config["dplda.init"]), **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
-        """Public initial ``lambda`` from the run seed."""
-        return lambda_record(svi.initial_lambda(self.dplda.n_topics, self.vocab_size, self.seed))
+        """The public initial ``lambda`` (no noise yet), from the vocabulary and the run seed."""
+        k = self.dplda.n_topics
+        if self.init == "embedding":
+            from flower_topics.models.word_similarity import embed_vocabulary
+
+            return model_record(svi.embedding_lambda(embed_vocabulary(self.vocabulary), k, self.seed), 0.0)
+        return model_record(svi.initial_lambda(k, self.vocab_size, self.seed), 0.0)
+
+    def public(self, arrays: ArrayRecord) -> np.ndarray:
+        """The public ``lambda`` of the global state (:func:`public_lambda`)."""
+        variance = float(arrays[VARIANCE_KEY].numpy()[0])
+        return public_lambda(arrays[RAW_KEY].numpy(), variance, eta=self.eta, threshold=self.threshold,
+                             background=self.background if variance > 0 else 0.0)
 
     def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
-        """``lambda`` as float32 (half the bytes; the parties' E-step needs no more)."""
-        return lambda_record(arrays[wire.LAMBDA_KEY].numpy(), np.float32)
+        """The public ``lambda`` as float32 (half the bytes; the parties' E-step needs no more)."""
+        return ArrayRecord({wire.LAMBDA_KEY: Array(self.public(arrays).astype(np.float32))})
 
     def topic_word(self, arrays: ArrayRecord) -> np.ndarray:
-        """``E[beta_k] = lambda_k / sum_w lambda_kw``."""
-        lam = arrays[wire.LAMBDA_KEY].numpy()
+        """``E[beta_k]`` of the public ``lambda``: its rows normalized."""
+        lam = self.public(arrays)
         return lam / lam.sum(axis=1, keepdims=True)
 
     def settings(self) -> dict[str, Any]:
@@ -120,14 +162,14 @@ class DPLDA(TopicStrategy):
 
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
-        """Sum, threshold, scale by ``1 / q`` and take the natural-gradient step."""
+        """Sum, scale by ``1 / q``, take the natural-gradient step and track the noise variance."""
         total = np.sum([r.arrays[wire.STATISTIC_KEY].astype(np.float64) for r in replies], axis=0)
-        noise_std = self.dplda.noise_multiplier * self.dplda.clip * np.sqrt(len(replies))
-        estimate = self.eta + denoise(total, noise_std, self.threshold) / self.dplda.sample_rate
+        round_variance = len(replies) * (self.dplda.noise_multiplier * self.dplda.clip / self.dplda.sample_rate) ** 2
         rho = svi.step_size(self.updates, self.tau0, self.kappa)
-        lam = svi.natural_gradient_step(arrays[wire.LAMBDA_KEY].numpy(), estimate, rho)
+        average = svi.natural_gradient_step(arrays[RAW_KEY].numpy(), self.eta + total / self.dplda.sample_rate, rho)
+        variance = (1 - rho) ** 2 * float(arrays[VARIANCE_KEY].numpy()[0]) + rho ** 2 * round_variance
         self.updates += 1
-        return lambda_record(lam), {"step-size": rho, "noise-std": noise_std}
+        return model_record(average, variance), {"step-size": rho, "noise-std": float(np.sqrt(variance))}
 
     def rounds_released(self) -> int:
         """Rounds in which parties were asked to release (a party asked counts, whether or not it replied)."""
