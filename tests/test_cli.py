@@ -43,6 +43,11 @@ def test_every_method_runs_centralized_and_local_through_the_federated_code_path
     """One party holding all training documents, then each party alone: the method itself, its privacy report."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     extra = ["--set", "pctd.consistency=0"]
+    if method == "dplda":  # an accounted or public vocabulary (here a public file), no federated evaluation
+        vocabulary = tmp_path / "vocabulary.txt"
+        vocabulary.write_text("\n".join(f"w{i:04d}" for i in range(50)) + "\n")
+        extra += ["--set", f"vocabulary={vocabulary}", "--set", "federated-eval=false", "--set", "dplda.epsilon=50",
+                  "--set", "dplda.sample-rate=0.5", "--set", "dplda.init=random"]
     base = ["simulate", "--method", method, "--clients", "2", "--topics", "4", "--rounds", "2", *TINY, *extra]
     assert main([*base, "--mode", "centralized", "--out", str(tmp_path / "c")]) == 0
     assert main([*base, "--mode", "local", "--out", str(tmp_path / "l")]) == 0
