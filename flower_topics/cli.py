@@ -71,6 +71,18 @@ def _parser() -> argparse.ArgumentParser:
                     help="held-out share of a corpus without its own split (default: the run's, else 0.1)")
     ev.add_argument("--min-coverage", type=float, default=0.5,
                     help="refuse a corpus of whose tokens the model's vocabulary covers less than this share")
+    voc = sub.add_parser(
+        "vocabulary", help="write a public vocabulary file (one word per line) from a corpus you may publish",
+        description="Write the vocabulary of a corpus you may publish (a related public corpus, never the parties' "
+        "private documents) as a file every party and the server can be given: vocabulary='PATH' in the run config. "
+        "It costs no privacy and sends no candidates; dplda needs it (or the accounted 'private' agreement).")
+    voc.add_argument("--corpus", required=True, help="a public corpus: OCTIS folder, .jsonl, .csv or .txt folder")
+    voc.add_argument("--out", required=True, help="the vocabulary file to write (must not exist)")
+    voc.add_argument("--max-words", type=int, default=5000, help="keep the words in most documents (0 = all)")
+    voc.add_argument("--min-df", type=float, default=2.0, help="drop words in fewer documents")
+    voc.add_argument("--max-df", type=float, default=0.5, help="drop words in more documents (fraction or count)")
+    voc.add_argument("--text-column", default="text", help="text column of a .jsonl/.csv corpus")
+    voc.add_argument("--stopwords", choices=("english", "none"), default="english")
     from flower_topics.cli_model import add_commands
 
     add_commands(sub)  # infer, report, export
@@ -145,6 +157,26 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vocabulary(args: argparse.Namespace) -> int:
+    from flower_topics.config import parse_run_config
+    from flower_topics.data.prepare import load_run_data
+
+    out = Path(args.out)
+    if out.exists():
+        raise UserInputError(f"{out} exists; choose a new file")
+    config = parse_run_config({"dataset": args.corpus, "max-vocab": args.max_words, "min-df": args.min_df,
+                               "max-df": args.max_df, "text-column": args.text_column, "stopwords": args.stopwords})
+    corpus = load_run_data(config).corpus
+    words = corpus.vocabulary
+    if 0 < args.max_words < len(words):  # a curated vocabulary (OCTIS) is read whole: keep the words in most documents
+        doc_freq = np.asarray((corpus.doc_term_matrix() > 0).sum(axis=0)).ravel()
+        words = tuple(words[i] for i in sorted(np.argsort(-doc_freq, kind="stable")[:args.max_words]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(words) + "\n", encoding="utf-8")
+    print(f"wrote {len(words)} words to {out}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flower-topics`` command."""
     args = _parser().parse_args(argv)
@@ -155,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from flower_topics.cli_model import run
 
             return run(args)
+        if args.command == "vocabulary":
+            return _vocabulary(args)
         return _simulate(args) if args.command == "simulate" else _evaluate(args)
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
