@@ -9,6 +9,14 @@ Then federated LDA (K=20, ``--rounds`` rounds of 5 sweeps) on each vocabulary, s
 federated evaluation: held-out perplexity (over each run's own vocabulary, so only
 comparable with that caveat), NPMI, and the share of held-out tokens the vocabulary covers.
 Writes ``agreement.csv`` and prints a Markdown table.
+
+    python benchmarks/agreement_cost.py --floors 1,2,3,5 --out runs/agreement-floors
+
+The ``union`` agreement alone (no training) on BBC_News and debian_large, 5 nodes split by
+label, at each party floor ``min-party-df`` (node config: a word leaves a party only if it
+is in at least that many of the party's own documents): words agreed (run config defaults,
+``min-df`` 2 summed over parties, ``max-df`` 0.5), words sent by all parties, bytes to the
+server. Writes ``floors.csv`` and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import argparse
 import csv
 from pathlib import Path
 
+from flower_topics.agreement import agree_vocabulary
 from flower_topics.client_app import make_client_app
 from flower_topics.errors import UserInputError
 from flower_topics.outputs import read_metrics
@@ -26,6 +35,38 @@ from flower_topics.simulations.inprocess import InProcessGrid
 CORPORA = {"BBC_News": "../shared/datasets/BBC_News",
            "debian": "../shared/datasets/debian_descriptions/corpus.jsonl"}
 PRIVATE = [(1.0, 20), (4.0, 20), (4.0, 5), (8.0, 5)]
+FLOOR_CORPORA = {"BBC_News": "../shared/datasets/BBC_News", "debian_large": "../shared/datasets/debian_large/corpus.jsonl"}
+
+
+def floors(values: list[int], nodes: int, out: Path) -> None:
+    """The union agreement at each party floor (see the module docstring)."""
+    rows = []
+    for name, path in FLOOR_CORPORA.items():
+        config = {"dataset": path, "partition": "label", "num-topics": 20, "num-rounds": 1}
+        for floor in values:
+            parties = [{"partition-id": i, "num-partitions": nodes, "min-party-df": floor} for i in range(nodes)]
+            sent: list[int] = []
+            app = make_client_app(config)
+
+            def client(msg, context, app=app, sent=sent):
+                reply = app(msg, context)
+                if msg.metadata.message_type == "query.candidates" and not reply.has_error():
+                    sent.append(reply.content["update"]["doc-freq"].numpy().size)
+                return reply
+
+            agreement = agree_vocabulary(InProcessGrid(client, parties, config), config)
+            rows.append({"corpus": name, "min_party_df": floor, "words_agreed": len(agreement.vocabulary),
+                         "words_sent": sum(sent), "bytes_to_server": agreement.bytes_received,
+                         "seconds": round(agreement.seconds, 2)})
+            print(rows[-1], flush=True)
+    fields = list(rows[0])
+    with (out / "floors.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    print("| " + " | ".join(fields) + " |\n|" + "---|" * len(fields))
+    for row in rows:
+        print("| " + " | ".join(str(row[f]) for f in fields) + " |")
 
 
 def main() -> None:
@@ -33,9 +74,14 @@ def main() -> None:
     parser.add_argument("--out", default="runs/agreement")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--nodes", type=int, default=5)
+    parser.add_argument("--floors", default="", help="comma-separated min-party-df values: the union agreement "
+                        "alone at each (BBC_News, debian_large), no training")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.floors:
+        floors([int(v) for v in args.floors.split(",")], args.nodes, out)
+        return
     print("privacy randomness: OS entropy (no node secret set); numbers vary run to run for 'private'")
     rows = []
     for name, path in CORPORA.items():

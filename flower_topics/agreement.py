@@ -4,9 +4,12 @@ The server never opens a corpus; it learns the vocabulary from the parties (or f
 public file) in one of three modes, the run config's ``vocabulary``:
 
 - ``union``, the gFedNTM paper's consensus: every node sends its candidate words with
-  their document frequencies and its number of documents; the server sums the counts,
-  applies the global ``min-df`` / ``max-df`` / ``max-vocab`` and keeps every word of a
-  curated list (an OCTIS folder's ``vocabulary.txt``) as it is;
+  their exact document frequencies and its number of documents, so it publishes its
+  vocabulary. A node sends only the words in at least ``min-party-df`` of its own documents
+  (its node config, default 2: the server cannot lower it), so a word of one of its
+  documents never leaves it; the server sums the counts, applies the global ``min-df`` /
+  ``max-df`` / ``max-vocab`` and keeps every word of a curated list (an OCTIS folder's
+  ``vocabulary.txt``, public: sent whole, without its document frequencies) as it is;
 - ``private``: differentially private set union (Gopi et al., ICML 2020,
   :mod:`flower_topics.privacy.set_union`): each node bounds every document's contribution,
   perturbs its own counts with its secret randomness and releases only the words above the

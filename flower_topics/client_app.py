@@ -39,7 +39,7 @@ from flwr.common import log
 from flower_topics import evaluation
 from flower_topics.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
-from flower_topics.data.node_data import NodeDocuments, load_node_documents, node_options
+from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
 from flower_topics.data.prepare import is_data_key
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, MethodSpec
@@ -196,7 +196,8 @@ def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -
         context.state[SPENT_STATE] = ConfigRecord({"epsilon": float(request["epsilon"]),
                                                    "delta": float(request["delta"])})
     else:
-        candidates = documents.candidates()
+        floor = int(node_options(context.node_config).get("min-party-df", NODE_OPTIONS["min-party-df"].default))
+        candidates = documents.candidates(floor)  # the party's own floor, before anything leaves it
         words, counts, curated = candidates.words, candidates.doc_freq, candidates.curated
         metrics = {"num-documents": candidates.n_docs}
     return Message(content=RecordDict({

@@ -14,6 +14,7 @@ from flower_topics.agreement import agree_vocabulary, merge_candidates
 from flower_topics.cli import main
 from flower_topics.client_app import make_client_app
 from flower_topics.config import parse_run_config
+from flower_topics.errors import UserInputError
 from flower_topics.model_file import load_model
 from flower_topics.outputs import read_metrics
 from flower_topics.server_app import run_server
@@ -77,6 +78,55 @@ def test_union_sums_document_frequencies_over_parties():
     assert merge_candidates([one, two], capped) == ("apple", "pear")  # by document frequency, ties by word
     curated = (("zeta", "alpha"), np.array([0, 0]), 3, True)
     assert merge_candidates([curated, one], config)[:2] == ("zeta", "alpha")  # kept as listed, unfiltered
+
+
+def _candidates_sent(tmp_path, node_config, config=None):
+    """The union candidates party a sends: 40 topic documents, 'smith' in one, 'jones' in two, 'brown' in three."""
+    a = tmp_path / "rare.jsonl"
+    if not a.exists():
+        write_corpus(a, ["pets", "money"], 40, seed=1)
+        with a.open("a", encoding="utf-8") as fh:
+            for text in ("Smith Jones Brown cat.", "Jones Brown dog.", "Brown bank."):
+                fh.write(json.dumps({"text": text, "label": "pets"}) + "\n")
+    config = {**BASE, **(config or {})}
+    grid = _grid(config, [{"dataset": str(a), **node_config}])
+    sent = []
+    app = grid.client_app
+    grid.client_app = lambda msg, ctx: (lambda r: sent.append(r) or r)(app(msg, ctx)) if msg.metadata.message_type \
+        == "query.candidates" else app(msg, ctx)
+    vocabulary = agree_vocabulary(grid, config).vocabulary
+    (reply,) = sent
+    words = reply.content["config"]["words"].split("\n")
+    return dict(zip(words, reply.content["update"]["doc-freq"].numpy().tolist())), vocabulary
+
+
+def test_union_sends_no_word_of_fewer_than_min_party_df_of_the_partys_documents(tmp_path):
+    """The party's floor applies before anything is sent: a word in one of its documents never leaves it,
+    whatever the run config's min-df; the party can raise its floor, the server cannot lower it."""
+    sent, vocabulary = _candidates_sent(tmp_path, {})
+    assert "smith" not in sent and "smith" not in vocabulary
+    assert sent["jones"] == 2 and sent["brown"] == 3 and min(sent.values()) >= 2
+    raised, _ = _candidates_sent(tmp_path, {"min-party-df": 3})
+    assert "jones" not in raised and raised["brown"] == 3 and min(raised.values()) >= 3
+    assert set(raised) < set(sent)
+    assert BASE["min-df"] == 1  # the server's own filter lets every word through: the party's floor held
+    with pytest.raises(UserInputError, match="unknown run-config key"):
+        _candidates_sent(tmp_path, {}, {"min-party-df": 1})  # not a run-config key: the server cannot set it
+    everything, _ = _candidates_sent(tmp_path, {"min-party-df": 1})  # the party's own choice only
+    assert everything["smith"] == 1
+
+
+def test_a_curated_vocabulary_leaves_whole_without_its_document_frequencies():
+    """An OCTIS vocabulary.txt or the generator's list is public: sent as it is, its counts are not."""
+    from flower_topics.data.node_data import load_node_documents
+
+    config = parse_run_config({"dataset": "synthetic", "synthetic-vocab-size": 40})
+    documents = load_node_documents({"partition-id": 0, "num-partitions": 2}, config)
+    candidates = documents.candidates(2)
+    assert documents.curated and candidates.curated
+    assert candidates.words == documents.corpus.vocabulary and not candidates.doc_freq.any()
+    with pytest.raises(UserInputError, match="min-party-df"):
+        documents.candidates(0)
 
 
 def test_a_public_vocabulary_file_needs_no_candidates(tmp_path):

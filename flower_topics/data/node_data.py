@@ -10,8 +10,11 @@ take the same path:
    options but over *its own* words (no document-frequency filter yet: that needs
    everyone's counts), each marked ``train`` or ``test`` (held out) by a seeded split of
    the party's own documents, or the split an OCTIS folder carries;
-2. :meth:`NodeDocuments.candidates`: its words with their document frequencies, what
-   the agreement stage's ``union`` mode sends (:mod:`flower_topics.agreement`);
+2. :meth:`NodeDocuments.candidates`: its words in at least ``min-party-df`` of its own
+   documents (node config, default 2; a word of one document never leaves the party) with
+   their document frequencies, what the agreement stage's ``union`` mode sends
+   (:mod:`flower_topics.agreement`); a curated list (an OCTIS ``vocabulary.txt``, the
+   synthetic generator's words) is public and leaves whole, without document frequencies;
 3. :meth:`NodeDocuments.on_vocabulary`: its documents over the agreed vocabulary (words
    outside it dropped, then documents shorter than ``min-doc-length``).
 
@@ -40,7 +43,7 @@ from flower_topics.data.splits import ensure_split
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.data.synthetic import make_synthetic_corpus
 from flower_topics.errors import UserInputError
-from flower_topics.options import Option, coerce, one_of
+from flower_topics.options import Option, at_least, coerce, one_of
 
 SYNTHETIC = "synthetic"
 #: Node-config keys a party may set for its own data (``flower-supernode --node-config``).
@@ -51,6 +54,9 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "lowercase": Option(True, "lowercase raw text before tokenizing"),
     "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
     "secret-seed": Option(-1, "a secret seed for this party's privacy randomness (-1 = OS entropy)"),
+    "min-party-df": Option(2, "union vocabulary agreement: a word leaves this party only if it is in at least this "
+                           "many of its own documents (set on the party: the run config cannot lower it)",
+                           at_least(1)),
     "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)"),
     "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
                           "release over it whatever the server says (0 = the run's dplda.epsilon)"),
@@ -69,9 +75,10 @@ class Candidates:
     Parameters
     ----------
     words : tuple of str
-        Its words (those in at least one of its documents).
+        Its words in at least ``min-party-df`` of its documents; a curated list whole.
     doc_freq : np.ndarray
-        ``int64``: in how many of its documents each word occurs.
+        ``int64``: in how many of its documents each word occurs; zeros for a curated
+        list (its words are kept as they are, so their frequencies are not sent).
     n_docs : int
         Its number of documents.
     curated : bool
@@ -103,13 +110,26 @@ class NodeDocuments:
     curated: bool
     source: str
 
-    def candidates(self) -> Candidates:
-        """Its words with their document frequencies: a curated list whole, else the words it uses."""
+    def candidates(self, min_df: int = 2) -> Candidates:
+        """What the ``union`` agreement sends: its words in at least ``min_df`` of its documents with their
+        document frequencies; a curated list whole, with zeros for frequencies (public words, private counts).
+
+        Parameters
+        ----------
+        min_df : int, default 2
+            The party's own floor (node config ``min-party-df``), applied before anything
+            is sent; >= 1.
+        """
+        if min_df < 1:
+            raise UserInputError(f"min-party-df must be >= 1, got {min_df}")
+        if self.curated:
+            return Candidates(tuple(self.corpus.vocabulary), np.zeros(self.corpus.n_words, dtype=np.int64),
+                              self.corpus.n_docs, True)
         dtm = self.corpus.doc_term_matrix()
         doc_freq = np.asarray((dtm > 0).sum(axis=0)).ravel().astype(np.int64)
-        used = np.arange(doc_freq.size) if self.curated else np.flatnonzero(doc_freq)
+        used = np.flatnonzero(doc_freq >= min_df)
         return Candidates(tuple(self.corpus.vocabulary[i] for i in used), doc_freq[used], self.corpus.n_docs,
-                          self.curated)
+                          False)
 
     def on_vocabulary(self, vocabulary: tuple[str, ...], min_doc_length: int = 1) -> Corpus:
         """Its documents over ``vocabulary``: other words dropped, then documents shorter than ``min_doc_length``.

@@ -2,7 +2,8 @@
 
 1. ``query.candidates`` (server to every node; config: the mode and, for ``private``, the
    mechanism's settings). A node replies with its candidate words and their document
-   frequencies (``union``), or with the words and noisy counts that survive its
+   frequencies (``union``: its words in at least ``min-party-df`` of its documents, its node
+   config's floor; a curated list whole, with zero counts), or with the words and noisy counts that survive its
    differentially private set union (``private``), and its number of documents
    (``union`` only):
 
