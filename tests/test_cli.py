@@ -152,3 +152,15 @@ def test_evaluate_takes_the_reading_options_a_corpus_needs(tmp_path, capsys):
     assert main(["evaluate", "--model", str(tmp_path / "m.npz"), "--corpus", str(path), "--text-column", "body",
                  "--label-column", "kind", "--labels"]) == 0
     assert json.loads(capsys.readouterr().out)["coverage"] > 0.8
+
+
+def test_vocabulary_writes_the_words_in_most_documents_and_never_overwrites(tmp_path, capsys):
+    corpus = tmp_path / "public.jsonl"
+    docs = ["apple banana cherry", "apple banana", "apple durian", "banana apple cherry", "elder"]
+    corpus.write_text("\n".join(json.dumps({"text": d}) for d in docs) + "\n")
+    out = tmp_path / "vocab.txt"
+    assert main(["vocabulary", "--corpus", str(corpus), "--out", str(out), "--max-words", "2", "--min-df", "1",
+                 "--max-df", "1.0"]) == 0
+    assert sorted(out.read_text().split()) == ["apple", "banana"]  # in 4 documents each; cherry in 2
+    assert main(["vocabulary", "--corpus", str(corpus), "--out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err
