@@ -247,6 +247,15 @@ def _bounds(tp: np.ndarray, fp: np.ndarray, n_pos: int, n_neg: int, delta: float
     }
 
 
+def _candidate_thresholds(scores: np.ndarray, tail: int = 1000, middle: int = 2000) -> np.ndarray:
+    """Thresholds to try: every distinct score in each tail (where small rates live), quantiles between."""
+    values = np.unique(scores)
+    if values.size <= 2 * tail + middle:
+        return values
+    return np.unique(np.concatenate([values[:tail], values[-tail:],
+                                     np.quantile(values, np.linspace(0, 1, middle), method="nearest")]))
+
+
 def epsilon_lower_bound(scores: np.ndarray | Sequence[float], members: np.ndarray | Sequence[bool], *,
                         delta: float = 1e-5, confidence: float = 0.95, select_fraction: float = 0.5,
                         seed: int = 0) -> EpsilonBound:
@@ -261,7 +270,8 @@ def epsilon_lower_bound(scores: np.ndarray | Sequence[float], members: np.ndarra
     two-sided interval; one-sided coverage ``(1 + confidence) / 2``). Choosing the best of
     many thresholds on the same trials would overstate the bound, so the test (threshold
     and direction) is chosen on a random ``select_fraction`` of the trials and the bound is
-    computed on the others only.
+    computed on the others only. Candidate thresholds are every distinct score of the 1000
+    lowest and highest, and 2000 quantiles between.
 
     Parameters
     ----------
@@ -298,7 +308,7 @@ def epsilon_lower_bound(scores: np.ndarray | Sequence[float], members: np.ndarra
     else:
         select = np.ones(s.size, dtype=bool)
     evaluate = ~select if select_fraction > 0 else select
-    thresholds = np.unique(s[select])
+    thresholds = _candidate_thresholds(s[select])
     tp, fp, n_pos, n_neg = _rates(s[select], m[select], thresholds)
     candidates = {name: lower for name, (lower, _, _) in _bounds(tp, fp, n_pos, n_neg, delta, confidence).items()}
     direction = max(candidates, key=lambda name: candidates[name].max())
