@@ -2,6 +2,8 @@
 
     python benchmarks/ntm_coverage.py --seeds 0 1 2 --steps 300 --centralized --out runs/ntm-coverage
 
+Runs no longer reproduce bit for bit: each node's secret-seed is mixed with a fresh per-run nonce.
+
 The gFedNTM paper (Calvo-Bartolomé and Arenas-García, section 4.2, eq. 7, Fig. 4) gives each
 of 5 parties the documents of one field, trains a non-collaborative model at every party
 and a federated one, and measures how well a model covers the topics of party ``l`` by the

@@ -2,6 +2,8 @@
 
     python benchmarks/ntm_federated.py --steps 300 --out runs/bench-ntm-federated
 
+Runs no longer reproduce bit for bit: each node's secret-seed is mixed with a fresh per-run nonce.
+
 Every run goes through the package's real path (``run_server`` on an in-process grid of the
 package's ClientApp: vocabulary agreement, ``train.ntm`` messages, validation, federated
 evaluation), ProdLDA, K=20, ``norm="layer"``, batch 64, Adam lr 2e-3, one torch thread:

@@ -2,6 +2,8 @@
 
     python benchmarks/ntm_synthetic.py --seeds 0 1 --steps 350 --out runs/ntm-synthetic
 
+Runs no longer reproduce bit for bit: each node's secret-seed is mixed with a fresh per-run nonce.
+
 The gFedNTM paper (Calvo-Bartolomé and Arenas-García, section 4.1) generates LDA corpora for
 ``L = 5`` nodes with ``K = 50`` true topics, ``K'`` of them shared by every node and
 ``(K - K') / L`` private to each, and compares ProdLDA trained per node (non-collaborative)

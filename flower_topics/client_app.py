@@ -16,7 +16,8 @@ read it, its partition); other keys are not its concern, so the ClientApp also s
 ServerApp of your own with keys of its own.
 
 Local state lives in ``context.state`` between rounds and never leaves the node. A private
-method's randomness is the party's secret (:func:`party_seed`).
+method's randomness is the party's secret (:func:`party_seed`): OS entropy, or its
+``secret-seed`` mixed with a nonce drawn once per run.
 
 A node that cannot take part (its data cannot be read, the server's vocabulary is not
 its own) replies with an error of code :data:`~flower_topics.wire.protocol.BAD_INPUT`
@@ -55,6 +56,8 @@ PARTY_KEYS = ("partition-id", "local-topics", "max-epsilon")
 VOCABULARY_STATE = "vocabulary"
 #: Where a node records the (eps, delta) per document its ``private`` vocabulary release spent.
 SPENT_STATE = "privacy-spent"
+#: Where a node keeps its run nonce (OS entropy, drawn once per run, mixed with ``secret-seed``).
+NONCE_STATE = "secret-nonce"
 
 
 def data_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,19 +145,33 @@ def client_seed(config: Mapping[str, Any], partition_id: int) -> int:
     return int(np.random.SeedSequence([int(config["seed"]), partition_id]).generate_state(1)[0])
 
 
+def run_nonce(context: Context) -> int:
+    """This node's nonce for the run: 63 bits of OS entropy drawn at its first use in the run, kept in
+    ``context.state`` (a new run starts with a new state, so it gets a new nonce); never sent."""
+    if NONCE_STATE not in context.state.config_records:
+        context.state[NONCE_STATE] = ConfigRecord({"nonce": secrets.randbits(63)})
+    return int(context.state[NONCE_STATE]["nonce"])
+
+
 def party_seed(context: Context, config: Mapping[str, Any], private: bool) -> int:
     """The seed of this party's local step.
 
-    For a method with a privacy mechanism it is secret: the node config's ``secret-seed`` when
-    the party set one (to reproduce its own runs), else fresh OS entropy; nothing the server
-    knows (the run config, the round, node ids) enters it. A method without one gets a
-    public seed from the run seed and the node's partition id (or node id), so its runs
-    reproduce from the run config.
+    For a method with a privacy mechanism it is secret and only the party's: with a
+    ``secret-seed`` in its node config, that secret mixed with the run's nonce
+    (:func:`run_nonce`), the same for every round of one run (the steps mix in their round or
+    release counter) and different in every run, so a fixed secret never gives the same noise
+    twice and two runs on changed data cannot be differenced; without one, fresh OS entropy
+    at each call. Nothing the server knows (the run config, the round, node ids) enters it.
+    A method without a mechanism gets a public seed from the run seed and the node's
+    partition id (or node id), so its runs reproduce from the run config.
     """
     options = node_options(context.node_config)
     if private:
         secret = int(options.get("secret-seed", -1))
-        return secret if secret >= 0 else secrets.randbits(63)
+        if secret < 0:
+            return secrets.randbits(63)
+        mixed = np.random.SeedSequence([secret, run_nonce(context)]).generate_state(1, np.uint64)[0]
+        return int(mixed >> np.uint64(1))
     return client_seed(config, int(options.get("partition-id", context.node_id)))
 
 

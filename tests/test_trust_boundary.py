@@ -176,14 +176,42 @@ def _first_release(tmp_path, method, node_config, name):
 
 @pytest.mark.parametrize("method", ["pctd", "fedlda"])
 def test_privacy_randomness_is_the_partys_secret(tmp_path, method):
-    """Same run config, same data: different releases, unless the party fixes its own secret seed."""
+    """Same run config, same data: different releases, with or without a fixed secret seed (a fixed
+    secret is mixed with a fresh nonce per run: two runs on changed data cannot be differenced)."""
     first = _first_release(tmp_path, method, {}, "a")
     second = _first_release(tmp_path, method, {}, "b")
     assert any(not np.array_equal(first[k], second[k]) for k in first)
     fixed = [_first_release(tmp_path, method, {"secret-seed": 1234}, name) for name in ("c", "d")]
-    assert all(np.array_equal(fixed[0][k], fixed[1][k]) for k in fixed[0])
-    other = _first_release(tmp_path, method, {"secret-seed": 99}, "e")
-    assert any(not np.array_equal(fixed[0][k], other[k]) for k in other)
+    assert any(not np.array_equal(fixed[0][k], fixed[1][k]) for k in fixed[0])
+
+
+def _context(node_id=101, run_seed=0, **node_config):
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=1, node_id=node_id, node_config=node_config, state=RecordDict(),
+                   run_config={"seed": run_seed})
+
+
+def test_a_secret_seed_is_stable_within_a_run_and_differs_between_runs():
+    """One run's rounds derive from one (secret, nonce); another run with the same secret gets another nonce;
+    the nonce stays in the node's state, and nothing the server knows (run config, node id) enters the seed."""
+    from flower_topics.client_app import NONCE_STATE, party_seed
+
+    run = _context(**{"secret-seed": 1234})
+    seed = party_seed(run, {"seed": 0}, private=True)
+    assert all(party_seed(run, {"seed": 0}, private=True) == seed for _ in range(3))  # every round of the run
+    assert party_seed(run, {"seed": 7}, private=True) == seed  # the run config does not enter it
+    assert NONCE_STATE in run.state.config_records and seed != 1234
+    again = _context(**{"secret-seed": 1234})
+    assert party_seed(again, {"seed": 0}, private=True) != seed  # the next run, same secret: other noise
+    same_nonce = _context(node_id=999, run_seed=5, **{"secret-seed": 1234})  # other node id and run seed
+    same_nonce.state[NONCE_STATE] = run.state[NONCE_STATE]
+    assert party_seed(same_nonce, {"seed": 5}, private=True) == seed
+    other_secret = _context(**{"secret-seed": 99})
+    other_secret.state[NONCE_STATE] = run.state[NONCE_STATE]
+    assert party_seed(other_secret, {"seed": 0}, private=True) != seed  # the secret enters it
+    fresh = _context()  # no secret: OS entropy at every call
+    assert party_seed(fresh, {"seed": 0}, private=True) != party_seed(fresh, {"seed": 0}, private=True)
 
 
 def test_a_method_without_a_mechanism_reproduces_from_the_run_seed(tmp_path):

@@ -19,7 +19,7 @@ divisor of the noisy sum), not the Poisson sample's size.
 Randomness. The mini-batches, the dropout masks, the reparameterization draws and the DP
 noise all come from the party's seed and the round (:func:`round_randomness`); ``ntm`` is
 registered as private, so that seed is the party's secret (``secret-seed`` in its node
-config to reproduce its own runs, else fresh entropy).
+config mixed with a nonce drawn once per run, else fresh entropy).
 
 Documents are the party's training documents over the agreed vocabulary
 (``corpus.doc_term_matrix()``). CombinedTM / ZeroShotTM embed them once (cached in this

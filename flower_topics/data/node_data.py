@@ -53,7 +53,8 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "label-column": Option("label", "label column of a .jsonl/.csv corpus (optional in the file)"),
     "lowercase": Option(True, "lowercase raw text before tokenizing"),
     "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
-    "secret-seed": Option(-1, "a secret seed for this party's privacy randomness (-1 = OS entropy)"),
+    "secret-seed": Option(-1, "a secret seed for this party's privacy randomness, mixed with a nonce drawn from OS "
+                          "entropy once per run: never the same noise in two runs (-1 = OS entropy)"),
     "min-party-df": Option(2, "union vocabulary agreement: a word leaves this party only if it is in at least this "
                            "many of its own documents (set on the party: the run config cannot lower it)",
                            at_least(1)),
