@@ -94,7 +94,7 @@ def release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings, rng: 
         ``K x V`` float64: the clipped sum plus ``N(0, (sigma C)^2)`` per cell.
     """
     included = np.flatnonzero(rng.random(corpus.n_docs) < settings.sample_rate)
-    counts = svi.document_counts(corpus)[included]
+    counts = svi.document_counts(corpus.subset(included))
     statistic = svi.e_step(lam, counts, alpha=settings.alpha, clip=settings.clip,
                            max_iter=settings.e_step_iterations).statistic
     return statistic + rng.normal(0.0, settings.noise_multiplier * settings.clip, size=statistic.shape)

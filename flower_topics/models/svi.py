@@ -122,18 +122,25 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     beta_at = beta_t[counts.indices]  # nnz x K
     lengths = np.asarray(counts.sum(axis=1)).ravel()
     gamma = np.repeat((alpha + lengths / n_topics)[:, None], n_topics, axis=1)
-    ratio = counts.copy()
-    active = np.ones(n_docs, dtype=bool)  # each document stops on its own: its gamma never depends on another's
+    # each document stops on its own (its gamma never depends on another's); the iterations run
+    # only over the documents still moving, re-sliced as the active set shrinks
+    active = np.arange(n_docs)
+    sub, sub_rows, sub_beta = counts, rows, beta_at
     for _ in range(max_iter):
-        if not active.any():
+        if active.size == 0:
             break
-        exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
-        norm = np.einsum("nk,nk->n", exp_elog_theta[rows], beta_at)
-        ratio.data = n_dw / norm
+        exp_elog_theta = np.exp(expected_log_dirichlet(gamma[active]))
+        norm = np.einsum("nk,nk->n", exp_elog_theta[sub_rows], sub_beta)
+        ratio = sp.csr_matrix((sub.data / norm, sub.indices, sub.indptr), shape=sub.shape)
         new_gamma = alpha + exp_elog_theta * (ratio @ beta_t)
-        change = np.mean(np.abs(new_gamma - gamma), axis=1)
-        gamma[active] = new_gamma[active]
-        active &= change >= tol
+        change = np.mean(np.abs(new_gamma - gamma[active]), axis=1)
+        gamma[active] = new_gamma
+        moving = change >= tol
+        if not moving.all():
+            active = active[moving]
+            sub = counts[active]
+            sub_rows = np.repeat(np.arange(active.size), np.diff(sub.indptr))
+            sub_beta = beta_t[sub.indices]
     exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
     resp = exp_elog_theta[rows] * beta_at
     resp /= resp.sum(axis=1, keepdims=True)

@@ -45,7 +45,7 @@ OPTIONS: Mapping[str, Option] = {
                          "word-frequency background (column sums of the average)", in_range(0, 1, high_open=True)),
     "init": Option("embedding", "public initial topics: embedding (k-means clusters of the vocabulary's word "
                    "embeddings, offline MiniLM; no document) or random", one_of("embedding", "random")),
-    "e-step-iterations": Option(100, "most gamma iterations of a party's E-step", at_least(1)),
+    "e-step-iterations": Option(50, "most gamma iterations of a party's E-step", at_least(1)),
 }
 
 
@@ -78,7 +78,7 @@ class DPLDASettings:
     noise_multiplier: float
     epsilon: float
     delta: float
-    e_step_iterations: int = 100
+    e_step_iterations: int = 50
 
     def __post_init__(self) -> None:
         if self.n_topics < 1 or not self.alpha > 0:
