@@ -43,7 +43,8 @@ from flower_topics.metrics.inference import check_topic_word, fold_in
 MIN_PROBABILITY = 1e-12
 
 
-def _trials(scores: np.ndarray | Sequence[float], members: np.ndarray | Sequence[bool]) -> tuple[np.ndarray, np.ndarray]:
+def _trials(scores: np.ndarray | Sequence[float], members: np.ndarray | Sequence[bool]
+            ) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(scores, dtype=np.float64).ravel()
     m = np.asarray(members).ravel()
     if s.shape != m.shape:
