@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 from scipy.special import digamma
 
 from flower_topics.data.corpus import Corpus
@@ -116,35 +117,11 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     counts.eliminate_zeros()
     n_docs = counts.shape[0]
     rows = np.repeat(np.arange(n_docs), np.diff(counts.indptr))
-    n_dw = counts.data.copy()
-    exp_elog_beta = np.exp(expected_log_dirichlet(lam))
-    beta_t = np.ascontiguousarray(exp_elog_beta.T)
-    beta_at = beta_t[counts.indices]  # nnz x K
-    lengths = np.asarray(counts.sum(axis=1)).ravel()
-    gamma = np.repeat((alpha + lengths / n_topics)[:, None], n_topics, axis=1)
-    # each document stops on its own (its gamma never depends on another's); the iterations run
-    # only over the documents still moving, re-sliced as the active set shrinks
-    active = np.arange(n_docs)
-    sub, sub_rows, sub_beta = counts, rows, beta_at
-    for _ in range(max_iter):
-        if active.size == 0:
-            break
-        exp_elog_theta = np.exp(expected_log_dirichlet(gamma[active]))
-        norm = np.einsum("nk,nk->n", exp_elog_theta[sub_rows], sub_beta)
-        ratio = sp.csr_matrix((sub.data / norm, sub.indices, sub.indptr), shape=sub.shape)
-        new_gamma = alpha + exp_elog_theta * (ratio @ beta_t)
-        change = np.mean(np.abs(new_gamma - gamma[active]), axis=1)
-        gamma[active] = new_gamma
-        moving = change >= tol
-        if not moving.all():
-            active = active[moving]
-            sub = counts[active]
-            sub_rows = np.repeat(np.arange(active.size), np.diff(sub.indptr))
-            sub_beta = beta_t[sub.indices]
-    exp_elog_theta = np.exp(expected_log_dirichlet(gamma))
-    resp = exp_elog_theta[rows] * beta_at
-    resp /= resp.sum(axis=1, keepdims=True)
-    entries = resp * n_dw[:, None]  # nnz x K: n_dw phi_dwk
+    beta_t = np.ascontiguousarray(np.exp(expected_log_dirichlet(lam)).T)  # V x K
+    gamma = np.empty((n_docs, n_topics))
+    entries = np.empty((counts.nnz, n_topics))  # n_dw phi_dwk
+    _e_step_kernel(counts.indptr.astype(np.int64), counts.indices.astype(np.int64), counts.data, beta_t,
+                   float(alpha), int(max_iter), float(tol), gamma, entries)
     norms = np.sqrt(np.bincount(rows, weights=np.einsum("nk,nk->n", entries, entries), minlength=n_docs))
     if clip is not None:
         scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
@@ -153,6 +130,72 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
                            shape=(counts.shape[1], rows.size))
     statistic = np.ascontiguousarray((spread @ entries).T)
     return ExpectedStatistics(statistic, norms, gamma, clip)
+
+
+@njit(cache=True)
+def _digamma(x: float) -> float:  # pragma: no cover - numba
+    """psi(x) for x > 0: the recurrence up to x >= 6, then the asymptotic series (Abramowitz and Stegun 6.3.18)."""
+    shift = 0.0
+    while x < 6.0:
+        shift -= 1.0 / x
+        x += 1.0
+    f = 1.0 / (x * x)
+    series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
+    return shift + np.log(x) - 0.5 / x - series
+
+
+@njit(cache=True)
+def _responsibilities(start, end, indices, counts, beta_t, gamma, theta, entries_out, new, alpha):  # pragma: no cover
+    """``entries_out[j] = n_dw phi_dw`` at ``gamma`` for one document, and ``new = alpha + sum_w n_dw phi_dw``."""
+    n_topics = gamma.size
+    total = 0.0
+    for k in range(n_topics):
+        total += gamma[k]
+    psi_total = _digamma(total)
+    for k in range(n_topics):
+        theta[k] = np.exp(_digamma(gamma[k]) - psi_total)
+        new[k] = alpha
+    for j in range(start, end):
+        w = indices[j]
+        norm = 0.0
+        for k in range(n_topics):
+            norm += theta[k] * beta_t[w, k]
+        scale = counts[j] / norm
+        for k in range(n_topics):
+            entries_out[j, k] = scale * theta[k] * beta_t[w, k]
+            new[k] += entries_out[j, k]
+
+
+@njit(cache=True)
+def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_out, entries_out):  # pragma: no cover
+    """Hoffman et al.'s E-step, one document after the other (compiled).
+
+    For document ``d`` (its non-zero counts ``indptr[d]:indptr[d + 1]``): start from
+    ``gamma = alpha + N_d / K``; update ``gamma <- alpha + sum_w n_dw phi_dw`` with
+    ``phi_dwk ~ exp(E[log theta_dk]) exp(E[log beta_kw])`` at most ``max_iter`` times, stopping
+    once the mean absolute change of its gamma is below ``tol``; then write its gamma and
+    ``n_dw phi_dwk`` at that gamma.
+    """
+    n_topics = beta_t.shape[1]
+    theta = np.empty(n_topics)
+    new = np.empty(n_topics)
+    for d in range(indptr.size - 1):
+        start, end = indptr[d], indptr[d + 1]
+        gamma = gamma_out[d]
+        length = 0.0
+        for j in range(start, end):
+            length += counts[j]
+        for k in range(n_topics):
+            gamma[k] = alpha + length / n_topics
+        for _ in range(max_iter):
+            _responsibilities(start, end, indices, counts, beta_t, gamma, theta, entries_out, new, alpha)
+            change = 0.0
+            for k in range(n_topics):
+                change += abs(new[k] - gamma[k])
+                gamma[k] = new[k]
+            if change / n_topics < tol:
+                break
+        _responsibilities(start, end, indices, counts, beta_t, gamma, theta, entries_out, new, alpha)
 
 
 def document_counts(corpus: Corpus) -> sp.csr_matrix:
