@@ -1,0 +1,140 @@
+"""dplda quality against whole-run epsilon, with non-private federated ``lda`` on the same vocabulary.
+
+    python benchmarks/dplda_quality.py --dataset ../shared/datasets/debian_large/corpus.jsonl \
+        --out runs/dplda-quality/debian
+    python benchmarks/dplda_quality.py --dataset ../shared/datasets/BBC_News --out runs/dplda-quality/bbc
+
+Every model is trained through the package's own ServerApp and ClientApp in this process
+(:class:`~flower_topics.simulations.inprocess.InProcessGrid`), 5 parties split by label, on
+one vocabulary file for every run (the ``--vocab-size`` most frequent words of the training
+documents, ``max-df`` 0.5: the vocabulary is *treated as public* here, as the corpora are public;
+a private corpus needs a vocabulary from a related public corpus or the ``private``
+agreement, see docs/dplda.md). Federated evaluation is off in every run (dplda refuses it);
+each final model is scored afterwards on the corpus' held-out documents with the package's
+metrics, twice: our default (fold-in alpha 0.01) and the standard alpha 0.1. Writes
+``results.csv``, ``results.md`` and ``dplda-quality.png`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from flower_topics.client_app import make_client_app
+from flower_topics.config import parse_run_config
+from flower_topics.data.prepare import load_run_data
+from flower_topics.metrics import evaluate_model
+from flower_topics.server_app import run_server
+from flower_topics.simulations.inprocess import InProcessGrid
+
+PARTIES = 5
+
+
+def public_vocabulary(dataset: str, size: int, path: Path) -> Path:
+    """The ``size`` words in most training documents (after the default preprocessing), one per line."""
+    data = load_run_data(parse_run_config({"dataset": dataset, "max-vocab": size}))
+    path.write_text("\n".join(data.corpus.vocabulary) + "\n", encoding="utf-8")
+    return path
+
+
+def train(config: dict, out: Path) -> tuple[object, float]:
+    """One federated run in this process; returns the model and its wall time."""
+    run = {**config, "output-dir": str(out)}
+    started = time.time()
+    model = run_server(InProcessGrid.partitions(make_client_app(run), PARTIES, run), run)
+    return model, time.time() - started
+
+
+def score(model, dataset: str, vocabulary: Path) -> dict[str, float]:
+    """Held-out perplexity (fold-in alpha 0.01 and 0.1) and NPMI on the run's corpus."""
+    data = load_run_data(parse_run_config({"dataset": dataset, "vocabulary": str(vocabulary)}))
+    ours = evaluate_model(model, data.corpus, alpha=0.01, n_iter=100)
+    standard = evaluate_model(model, data.corpus, alpha=0.1, n_iter=100)
+    return {"perplexity": ours["perplexity"], "perplexity_alpha0.1": standard["perplexity"], "npmi": ours["npmi"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--topics", type=int, default=20)
+    parser.add_argument("--vocab-size", type=int, default=5000)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1, 2, 4, 8])
+    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--rounds", type=int, default=40, help="dplda rounds")
+    parser.add_argument("--sample-rate", type=float, default=0.2)
+    parser.add_argument("--lda-rounds", type=int, default=200)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra dplda run-config keys")
+    args = parser.parse_args()
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocabulary = public_vocabulary(args.dataset, args.vocab_size, out / "vocabulary.txt")
+    base = {"dataset": args.dataset, "num-topics": args.topics, "vocabulary": str(vocabulary),
+            "federated-eval": False, "seed": 0}
+    rows = []
+    model, wall = train({**base, "method": "lda", "num-rounds": args.lda_rounds}, out / "lda")
+    rows.append({"method": "lda", "epsilon": "none", "rounds": args.lda_rounds, "wall_s": round(wall, 1),
+                 **score(model, args.dataset, vocabulary)})
+    print(rows[-1], flush=True)
+    extra = dict(item.split("=", 1) for item in args.set)
+    for eps in args.epsilons:
+        config = {**base, "method": "dplda", "num-rounds": args.rounds, "dplda.epsilon": eps,
+                  "dplda.delta": args.delta, "dplda.sample-rate": args.sample_rate, **extra}
+        model, wall = train(config, out / f"dplda-eps{eps:g}")
+        report = model.metadata["privacy"]
+        rows.append({"method": "dplda", "epsilon": round(report["epsilon"], 3), "rounds": args.rounds,
+                     "wall_s": round(wall, 1), "noise_multiplier": round(report["noise_multiplier"], 3),
+                     **score(model, args.dataset, vocabulary)})
+        print(rows[-1], flush=True)
+    reference = rows[0]
+    for row in rows:
+        row["perplexity_vs_lda"] = round(row["perplexity"] / reference["perplexity"] - 1, 3)
+        row["npmi_vs_lda"] = round(row["npmi"] - reference["npmi"], 3)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with (out / "results.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for row in rows]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    plot(rows, out / "dplda-quality.png", Path(args.dataset).parent.name if Path(args.dataset).is_file() else Path(args.dataset).name, args.topics)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else ("" if value is None else str(value))
+
+
+def plot(rows: list[dict], path: Path, corpus: str, topics: int) -> None:
+    """Perplexity and NPMI against whole-run epsilon, lda as a horizontal reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    private = [r for r in rows if r["method"] == "dplda"]
+    eps = [r["epsilon"] for r in private]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in ((axes[0], "perplexity", "held-out perplexity (fold-in alpha 0.01)"),
+                           (axes[1], "npmi", "NPMI (top 10 words)")):
+        ax.plot(eps, [r[key] for r in private], "o-", label="dplda")
+        ax.axhline(rows[0][key], color="grey", linestyle="--", label="lda, no privacy")
+        ax.set_xscale("log")
+        ax.set_xlabel("whole-run epsilon per document (delta 1e-5)")
+        ax.set_ylabel(label)
+        ax.legend()
+    fig.suptitle(f"dplda vs non-private federated lda, {corpus}, K={topics}, {PARTIES} parties")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
