@@ -266,7 +266,8 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     Returns
     -------
     int
-        0 when the run completed, else 1 (or the command's own non-zero status).
+        0 when the run completed, else 1 (or the command's own non-zero status); 2, before
+        anything is started, when the command's ``--run-config`` is invalid.
     """
     from flower_topics.errors import UserInputError
 

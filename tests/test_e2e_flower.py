@@ -51,19 +51,29 @@ def _check_outputs(out: Path, rounds: int) -> None:
 
 @pytest.mark.timeout(300)
 def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, capsys):
-    """`flower-topics-superlink flwr run .` exits 0 on a completed run and 1 on a failed one."""
+    """`flower-topics-superlink flwr run .` exits 0 on a completed run, 1 on a failed one, and 2 on a run
+    config the ServerApp would reject (refused before anything is submitted)."""
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     flwr = str(Path(sys.executable).with_name("flwr"))
-    config = " ".join(f"{k}={v}" for k, v in {**SMALL, "num-rounds": 2}.items())
+    config = " ".join(f"{k}={v!r}" for k, v in {**SMALL, "num-rounds": 2}.items())  # TOML values: strings quoted
     ok = with_superlink([flwr, "run", ".", "--run-config", f"{config} output-dir='{tmp_path / 'ok'}'"],
                         num_supernodes=2, app_dir=ROOT, timeout=240)
     assert ok == 0
     _check_outputs(tmp_path / "ok", 2)
     bad = with_superlink([flwr, "run", ".", "--run-config", f"num-topics=0 output-dir='{tmp_path / 'bad'}'"],
                          num_supernodes=2, app_dir=ROOT, timeout=240)
-    assert bad == 1
+    assert bad == 2
     assert "'num-topics' = 0 must be >= 1" in capsys.readouterr().err
-    assert not (tmp_path / "bad" / "model.npz").exists()
+    assert not (tmp_path / "bad").exists()
+    # a valid run config whose run fails on the parties (no such corpus): `flwr run` exits 0, the launcher 1
+    missing = tmp_path / "no-such-corpus.jsonl"
+    failed = with_superlink([flwr, "run", ".", "--run-config",
+                             f"dataset='{missing}' num-rounds=2 output-dir='{tmp_path / 'failed'}'"],
+                            num_supernodes=2, app_dir=ROOT, timeout=240)
+    assert failed == 1
+    err = capsys.readouterr().err
+    assert "FAILED (finished:failed" in err and f"dataset '{missing}' does not exist" in err
+    assert not (tmp_path / "failed" / "model.npz").exists()
 
 
 @pytest.mark.timeout(300)
