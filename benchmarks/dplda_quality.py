@@ -42,11 +42,11 @@ def public_vocabulary(dataset: str, size: int, path: Path) -> Path:
     return path
 
 
-def train(config: dict, out: Path) -> tuple[object, float]:
+def train(config: dict, out: Path, parties: int = PARTIES) -> tuple[object, float]:
     """One federated run in this process; returns the model and its wall time."""
     run = {**config, "output-dir": str(out)}
     started = time.time()
-    model = run_server(InProcessGrid.partitions(make_client_app(run), PARTIES, run), run)
+    model = run_server(InProcessGrid.partitions(make_client_app(run), parties, run), run)
     return model, time.time() - started
 
 
@@ -69,6 +69,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="dplda rounds")
     parser.add_argument("--sample-rate", type=float, default=0.2)
     parser.add_argument("--lda-rounds", type=int, default=200)
+    parser.add_argument("--parties", type=int, default=PARTIES,
+                        help="dplda parties (1: one party holds every document, i.e. the noise of one trusted "
+                        "aggregator, what secure aggregation would give 5 parties)")
+    parser.add_argument("--no-lda", action="store_true", help="reuse the lda row of an earlier results.csv in --out")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra dplda run-config keys")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -78,17 +82,25 @@ def main() -> None:
     base = {"dataset": args.dataset, "num-topics": args.topics, "vocabulary": str(vocabulary),
             "federated-eval": False, "seed": 0}
     rows = []
-    model, wall = train({**base, "method": "lda", "num-rounds": args.lda_rounds}, out / "lda")
-    rows.append({"method": "lda", "epsilon": "none", "rounds": args.lda_rounds, "wall_s": round(wall, 1),
-                 **score(model, args.dataset, vocabulary)})
+    if args.no_lda:
+        with (out / "results.csv").open() as fh:
+            lda = next(row for row in csv.DictReader(fh) if row["method"] == "lda")
+        rows.append({"method": "lda", "epsilon": "none", "rounds": int(lda["rounds"]), "wall_s": float(lda["wall_s"]),
+                     **{k: float(lda[k]) for k in ("perplexity", "perplexity_alpha0.1", "npmi")}})
+    else:
+        model, wall = train({**base, "method": "lda", "num-rounds": args.lda_rounds}, out / "lda")
+        rows.append({"method": "lda", "epsilon": "none", "rounds": args.lda_rounds, "wall_s": round(wall, 1),
+                     **score(model, args.dataset, vocabulary)})
     print(rows[-1], flush=True)
     extra = dict(item.split("=", 1) for item in args.set)
     for eps in args.epsilons:
         config = {**base, "method": "dplda", "num-rounds": args.rounds, "dplda.epsilon": eps,
                   "dplda.delta": args.delta, "dplda.sample-rate": args.sample_rate, **extra}
-        model, wall = train(config, out / f"dplda-eps{eps:g}")
+        name = f"dplda-eps{eps:g}" + (f"-{args.parties}parties" if args.parties != PARTIES else "")
+        model, wall = train(config, out / name, args.parties)
         report = model.metadata["privacy"]
-        rows.append({"method": "dplda", "epsilon": round(report["epsilon"], 3), "rounds": args.rounds,
+        rows.append({"method": "dplda", "parties": args.parties, "epsilon": round(report["epsilon"], 3),
+                     "rounds": args.rounds,
                      "wall_s": round(wall, 1), "noise_multiplier": round(report["noise_multiplier"], 3),
                      **score(model, args.dataset, vocabulary)})
         print(rows[-1], flush=True)
@@ -97,22 +109,23 @@ def main() -> None:
         row["perplexity_vs_lda"] = round(row["perplexity"] / reference["perplexity"] - 1, 3)
         row["npmi_vs_lda"] = round(row["npmi"] - reference["npmi"], 3)
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with (out / "results.csv").open("w", newline="") as fh:
+    suffix = "" if args.parties == PARTIES else f"-{args.parties}parties"
+    with (out / f"results{suffix}.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_fmt(row.get(c)) for c in columns) + " |" for row in rows]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    (out / f"results{suffix}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot(rows, out / "dplda-quality.png", Path(args.dataset).parent.name if Path(args.dataset).is_file() else Path(args.dataset).name, args.topics)
+    plot(rows, out / f"dplda-quality{suffix}.png", Path(args.dataset).parent.name if Path(args.dataset).is_file() else Path(args.dataset).name, args.topics, args.parties)
 
 
 def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else ("" if value is None else str(value))
 
 
-def plot(rows: list[dict], path: Path, corpus: str, topics: int) -> None:
+def plot(rows: list[dict], path: Path, corpus: str, topics: int, parties: int) -> None:
     """Perplexity and NPMI against whole-run epsilon, lda as a horizontal reference."""
     import matplotlib
 
@@ -127,10 +140,13 @@ def plot(rows: list[dict], path: Path, corpus: str, topics: int) -> None:
         ax.plot(eps, [r[key] for r in private], "o-", label="dplda")
         ax.axhline(rows[0][key], color="grey", linestyle="--", label="lda, no privacy")
         ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(eps, [f"{e:.3g}" for e in eps])
         ax.set_xlabel("whole-run epsilon per document (delta 1e-5)")
         ax.set_ylabel(label)
         ax.legend()
-    fig.suptitle(f"dplda vs non-private federated lda, {corpus}, K={topics}, {PARTIES} parties")
+    fig.suptitle(f"dplda ({parties} part{'y' if parties == 1 else 'ies'}) vs non-private federated lda "
+                 f"({PARTIES} parties), {corpus}, K={topics}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
