@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 from flwr.serverapp import ServerApp
 
+from flower_topics.agreement import agree_vocabulary
 from flower_topics.client_app import make_client_app
+from flower_topics.config import defaults
+from flower_topics.simulations.inprocess import InProcessGrid
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,4 +49,9 @@ def test_each_readme_strategy_runs_against_the_package_client_app(capsys):
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     assert done == ["FedLDA", "ADLDA", "PCTD"]
     printed = capsys.readouterr().out
-    assert printed.count("(10, 500)") == 3 and "per document after 5 round(s)" in printed
+    # phi is K x V over the words the 2 parties of the default corpus (the embedded one) agree on,
+    # here the same agreement stage on the in-process grid
+    assert defaults()["dataset"] == "embedded"
+    agreed = agree_vocabulary(InProcessGrid.partitions(make_client_app(), 2, {}), {}).vocabulary
+    assert len(agreed) > 1000
+    assert printed.count(f"(10, {len(agreed)})") == 3 and "per document after 5 round(s)" in printed
