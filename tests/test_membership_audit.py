@@ -115,6 +115,20 @@ def test_lira_calibrates_per_document_difficulty():
     assert roc_auc_score(members.ravel(), offline.ravel()) > 0.85
 
 
+def test_lira_on_models_without_signal_is_a_coin_flip():
+    """Leaving the target out must not tilt LiRA: with a balanced assignment its own side has one shadow fewer,
+    which without equal-size fits scored members lower on models that carry no membership signal at all."""
+    rng = np.random.default_rng(3)
+    n_models, n_docs = 8, 4000
+    members = np.argsort(rng.random((n_models, n_docs)), axis=0) < n_models // 2
+    scores = rng.normal(0, 2.0, n_docs) + rng.normal(0, 1.0, (n_models, n_docs))
+    for online in (True, False):
+        value = lira_scores(scores, members, online=online)
+        assert np.isfinite(value).all()
+        assert abs(roc_auc_score(members.ravel(), value.ravel()) - 0.5) < 0.015
+        assert epsilon_lower_bound(value, members, delta=1e-5).lower == 0.0
+
+
 # --- (2) the bound never exceeds a proven guarantee ----------------------------------------------------------
 
 @pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])

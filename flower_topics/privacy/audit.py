@@ -362,7 +362,7 @@ def log_likelihood_scores(topic_word: np.ndarray, counts: sp.spmatrix, *, alpha:
 
 
 def lira_scores(scores: np.ndarray, members: np.ndarray, *, online: bool = True, global_variance: bool = True,
-                min_std: float = 1e-6) -> np.ndarray:
+                min_std: float = 1e-6, seed: int = 0) -> np.ndarray:
     """LiRA membership scores of every (model, document) trial, each model attacked with the others as shadows.
 
     ``scores[i, d]`` is document ``d``'s score under model ``i`` and ``members[i, d]`` whether
@@ -373,9 +373,13 @@ def lira_scores(scores: np.ndarray, members: np.ndarray, *, online: bool = True,
     - online: ``log N(s; mu_in, sd_in) - log N(s; mu_out, sd_out)`` (Carlini et al. 2022, Alg. 1);
     - offline: ``log Phi((s - mu_out) / sd_out)``, the one-sided test against OUT only.
 
-    With few shadow models a per-document variance is noisy; ``global_variance`` uses one
-    variance per side pooled over all documents (Carlini et al.'s recommendation below
-    about 64 shadows) while keeping per-document means.
+    Both sides are fitted to the same number of shadows, ``n = min(IN others, OUT others)``
+    (the shadows kept on the larger side drawn at random, by ``seed``). Without this, leaving
+    the target out makes its own side one shadow smaller (with a balanced assignment), and the
+    statistic drifts with membership even when the models carry no signal at all (e.g. AUC
+    0.46 instead of 0.5 with 8 models). With few shadow models a per-document variance is
+    noisy; ``global_variance`` uses one variance per side pooled over all trials (Carlini et
+    al.'s recommendation below about 64 shadows) while keeping per-document means.
 
     Parameters
     ----------
@@ -386,50 +390,58 @@ def lira_scores(scores: np.ndarray, members: np.ndarray, *, online: bool = True,
     online : bool, default True
         Online (IN and OUT) or offline (OUT only) variant.
     global_variance : bool, default True
-        One pooled variance per side instead of one per document.
+        One pooled variance per side instead of one per trial.
     min_std : float, default 1e-6
         Floor of every fitted standard deviation.
+    seed : int, default 0
+        Seed of the auditor's choice of shadows on the larger side.
 
     Returns
     -------
     np.ndarray
-        ``(M, D)`` LiRA scores, higher = more likely a member; ``nan`` where a side the
-        variant uses has no shadow score (fewer than 2 without ``global_variance``).
+        ``(M, D)`` LiRA scores, higher = more likely a member; ``nan`` where ``n`` is 0
+        (below 2 without ``global_variance``).
     """
     s = np.asarray(scores, dtype=np.float64)
     m = np.asarray(members, dtype=bool)
     if s.ndim != 2 or s.shape != m.shape or s.shape[0] < 3:
         raise ValueError("scores and members must both be (M, D) with M >= 3 models")
-    result = np.full(s.shape, np.nan)
-    stats_by_side = {}
+    n_models = s.shape[0]
+    priority = np.random.default_rng(seed).random(s.shape)
+    in_count = m.sum(axis=0)
+    own = np.where(m, in_count, n_models - in_count) - 1  # shadows on the target's side
+    other = np.where(m, n_models - in_count, in_count)  # shadows on the other side
+    n = np.minimum(own, other)
+    fitted = {}
     for side in (True, False):
         mask = m if side else ~m
-        total = np.where(mask, s, 0.0).sum(axis=0)
-        sq = np.where(mask, s * s, 0.0).sum(axis=0)
-        count = mask.sum(axis=0)
-        stats_by_side[side] = (mask, total, sq, count)
-    fitted = {}
-    for side, (mask, total, sq, count) in stats_by_side.items():
-        # leave model i out: subtract its own score from its side's sums
-        n = count[None, :] - mask
-        mu = (total[None, :] - np.where(mask, s, 0.0)) / np.maximum(n, 1)
-        second = (sq[None, :] - np.where(mask, s * s, 0.0)) / np.maximum(n, 1)
-        var = np.maximum(second - mu * mu, 0.0) * n / np.maximum(n - 1, 1)
+        # within each document, this side's models first, in priority order: prefix sums give the
+        # sums over its n highest-priority shadows
+        order = np.argsort(np.where(mask, -priority, np.inf), axis=0, kind="stable")
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.broadcast_to(np.arange(n_models)[:, None], s.shape), axis=0)
+        sums = [np.vstack([np.zeros((1, s.shape[1])), np.cumsum(np.take_along_axis(np.where(mask, x, 0.0), order,
+                                                                                   axis=0), axis=0)])
+                for x in (s, s * s)]
+        # target on this side: its n others of highest priority (skip the target itself)
+        skip = mask & (rank < n)
+        take = np.where(skip, n + 1, n)
+        total, square = (np.take_along_axis(c, take, axis=0) - np.where(skip, x, 0.0) for c, x in zip(sums, (s, s * s)))
+        mu = total / np.maximum(n, 1)
+        var = np.maximum(square / np.maximum(n, 1) - mu * mu, 0.0) * n / np.maximum(n - 1, 1)
         if global_variance:
             valid = n >= 2
-            var = np.full(s.shape, np.average(var[valid], weights=(n - 1)[valid]) if valid.any() else np.nan)
-        sd = np.maximum(np.sqrt(var), min_std)
-        fitted[side] = (mu, sd, n >= (1 if global_variance else 2))
-    mu_out, sd_out, ok_out = fitted[False]
+            pooled = np.average(var[valid], weights=(n - 1)[valid]) if valid.any() else 0.0
+            var = np.full(s.shape, pooled)
+        fitted[side] = (mu, np.maximum(np.sqrt(var), min_std))
+    ok = n >= (1 if global_variance else 2)
+    mu_out, sd_out = fitted[False]
     if online:
-        mu_in, sd_in, ok_in = fitted[True]
+        mu_in, sd_in = fitted[True]
         value = stats.norm.logpdf(s, mu_in, sd_in) - stats.norm.logpdf(s, mu_out, sd_out)
-        ok = ok_in & ok_out
     else:
         value = stats.norm.logcdf(s, mu_out, sd_out)
-        ok = ok_out
-    result[ok] = value[ok]
-    return result
+    return np.where(ok, value, np.nan)
 
 
 __all__ = ["EpsilonBound", "MIN_PROBABILITY", "auc_interval", "clopper_pearson", "epsilon_lower_bound",
