@@ -8,6 +8,13 @@ own SuperLink (simulation engine) on a free port of 127.0.0.1 with its own
 connection, runs the given ``flwr run .`` command, reads the run's final status with
 ``flwr ls``, and stops the SuperLink by its PID. The same helpers start the
 deployment engine (SuperLink + SuperNodes) in tests.
+
+Before anything starts, the command's ``--run-config`` is read with Flower's own parser
+and checked as the ServerApp would (:func:`check_run_config`): an unknown key, a bad
+value or a missing dataset is one line, ``flower-topics: error: ...``, and exit status 2
+(Flower alone says ``[code: 15] Invalid run configuration.`` or prints a traceback).
+``--connection NAME`` does the same check and the final-status check for a run on an
+existing SuperLink (real hosts, docs/real-hosts.md) and starts nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
+
+from flower_topics.errors import UserInputError
 
 CONNECTION = "flower-topics"
 #: Flower's own start-up lines that ``flwr run --stream`` prints around a run (dropped unless verbose).
@@ -34,35 +43,93 @@ FLOWER_CHATTER = (
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
+_RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 
 
-def check_run_config(command: Sequence[str]) -> None:
+def run_config_items(command: Sequence[str]) -> list[str]:
+    """The ``--run-config`` / ``-c`` values of a ``flwr run`` command, in order."""
+    items: list[str] = []
+    for i, arg in enumerate(command):
+        if arg in ("--run-config", "-c") and i + 1 < len(command):
+            items.append(command[i + 1])
+        elif arg.startswith("--run-config="):
+            items.append(arg.split("=", 1)[1])
+    return items
+
+
+def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
+                     local_data: bool = True) -> dict[str, Any]:
     """Validate the ``--run-config`` of a ``flwr run`` command as the ServerApp would, before submitting it.
 
-    Flower's SuperLink refuses an unknown key with only ``[code: 15] Invalid run configuration.``;
-    this names it, with a suggestion, in one line.
+    The values are read with Flower's own parser (``flwr.common.config.parse_config_args``,
+    what ``flwr run`` uses), laid over the app's defaults (``[tool.flwr.app.config]`` of
+    ``app_dir/pyproject.toml``, flattened as Flower does) and checked by
+    :func:`~flower_topics.config.parse_run_config`. Flower's SuperLink refuses an unknown
+    key with only ``[code: 15] Invalid run configuration.``, and a bad value fails inside
+    the ServerApp after the run started; this names either in one line.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The ``flwr run`` command line.
+    app_dir : str or Path
+        The Flower App's directory (its ``pyproject.toml`` holds the defaults).
+    local_data : bool
+        The parties read the run config's ``dataset`` on this machine (a simulation): check
+        that it exists. Off for a deployment, where each party names its own file.
+
+    Returns
+    -------
+    dict
+        The validated run config, defaults filled in.
 
     Raises
     ------
     UserInputError
-        For an unknown key or a bad value (the message is one line).
+        For a malformed ``--run-config``, an unknown key, a bad value or (``local_data``)
+        a dataset that does not exist; the message is one line.
     """
-    from flwr.common.config import parse_config_args
+    import click
+    from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
     from flower_topics.config import parse_run_config
+    from flower_topics.data.embedded import resolve_dataset
+    from flower_topics.data.node_data import SYNTHETIC
 
-    items = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "--run-config"]
-    items += [arg.split("=", 1)[1] for arg in command if arg.startswith("--run-config=")]
-    if items:
-        parse_run_config(parse_config_args(items))
+    items = run_config_items(command)
+    try:
+        overrides = parse_config_args(items) if items else {}
+    except click.ClickException as exc:
+        raise UserInputError(f"--run-config: {' '.join(exc.format_message().split())} (strings are quoted: "
+                             "dataset='/srv/notes.jsonl')") from None
+    except (ValueError, OSError) as exc:
+        raise UserInputError(f"--run-config: {' '.join(str(exc).split())}") from None
+    try:
+        project = get_project_config(Path(app_dir))
+        defaults = flatten_dict(project.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+    except Exception:  # no readable app here: `flwr run` reports that itself
+        defaults = {}
+    config = parse_run_config({**defaults, **overrides})
+    dataset = str(config["dataset"])
+    if local_data and dataset != SYNTHETIC and not Path(resolve_dataset(dataset)).expanduser().exists():
+        raise UserInputError(f"dataset {dataset!r} does not exist; pass dataset='embedded', 'synthetic' or the path "
+                             "of an OCTIS folder, .jsonl, .csv or folder of .txt files")
+    return config
 
 
-def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool) -> int:
-    """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter."""
+def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
+           started: list[int] | None = None) -> int:
+    """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
+
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``.
+    """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
     assert process.stdout is not None
     for line in process.stdout:
+        submitted = _RUN_STARTED.search(_ANSI.sub("", line))
+        if submitted and started is not None:
+            started.append(int(submitted.group(1)))
         if not verbose:
             line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
             if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
@@ -184,17 +251,26 @@ def supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_pat
         yield process.pid
 
 
-def run_status(app_dir: Path, flwr_home: Path, run_id: int) -> str:
+def flwr_error(out: subprocess.CompletedProcess) -> str:
+    """The error of a ``flwr ... --format json`` command, on one line (its ``error-message``, else its output)."""
+    try:
+        text = str(json.loads(out.stdout)["error-message"])
+    except (ValueError, KeyError, TypeError):
+        text = f"{out.stdout} {out.stderr}"
+    return " ".join(text.split())
+
+
+def run_status(app_dir: Path, flwr_home: Path, run_id: int, connection: str = CONNECTION) -> str:
     """The status of a run (e.g. ``finished:completed``) from ``flwr ls``, with its
     details appended after `` - `` when Flower gives any (the error of a failed run)."""
     out = subprocess.run(
-        [_bin("flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
+        [_bin("flwr"), "ls", connection, "--run-id", str(run_id), "--format", "json"],
         cwd=app_dir, env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60,
     )
     try:
         run = json.loads(out.stdout)["runs"][0]
     except (ValueError, KeyError, IndexError):
-        raise RuntimeError(f"cannot read the status of run {run_id}: {out.stdout}{out.stderr}") from None
+        raise RuntimeError(f"cannot read the status of run {run_id}: {flwr_error(out)}") from None
     details = str(run.get("status-details", "N/A"))
     return str(run["status"]) + ("" if details in ("", "N/A") else f" - {details}")
 
@@ -211,25 +287,25 @@ def submit(app_dir: Path, flwr_home: Path, run_config: Sequence[str]) -> int:
         raise RuntimeError(f"flwr run failed: {out.stdout}{out.stderr}") from None
 
 
-def wait_for_run(app_dir: Path, flwr_home: Path, run_id: int, timeout: float) -> str:
+def wait_for_run(app_dir: Path, flwr_home: Path, run_id: int, timeout: float, connection: str = CONNECTION) -> str:
     """Wait until run ``run_id`` has finished; returns its final status."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status = run_status(app_dir, flwr_home, run_id)
+        status = run_status(app_dir, flwr_home, run_id, connection)
         if status.startswith("finished"):
             return status
         time.sleep(1.0)
     raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
 
 
-def latest_run(app_dir: Path, flwr_home: Path) -> tuple[int, str] | None:
+def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> tuple[int, str] | None:
     """``(run_id, status)`` of the newest run on the connection, or None."""
-    out = subprocess.run([_bin("flwr"), "ls", CONNECTION, "--format", "json"], cwd=app_dir,
+    out = subprocess.run([_bin("flwr"), "ls", connection, "--format", "json"], cwd=app_dir,
                          env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
     try:
         runs = json.loads(out.stdout)["runs"]
     except (ValueError, KeyError):
-        raise RuntimeError(f"cannot list runs: {out.stdout}{out.stderr}") from None
+        raise RuntimeError(f"cannot list the runs of connection {connection!r}: {flwr_error(out)}") from None
     if not runs:
         return None
     newest = max(runs, key=lambda r: int(r["run-id"]))
@@ -237,22 +313,28 @@ def latest_run(app_dir: Path, flwr_home: Path) -> tuple[int, str] | None:
 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
-                   timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None) -> int:
-    """Run ``command`` (e.g. ``flwr run . --stream``) against a private local SuperLink.
+                   timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
+                   connection: str | None = None) -> int:
+    """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
-    Starts a SuperLink (simulation engine) on a free port of 127.0.0.1 with
-    ``FLWR_HOME`` = ``$FLWR_HOME`` or ``<app_dir>/.flwr-home`` and runtime dependency
-    installation off, makes it the default connection, runs ``command`` with that
-    environment, waits for the run it submitted to finish, stops the SuperLink by PID
-    and returns non-zero unless the run's final status is ``finished:completed``
-    (``flwr run`` itself exits 0 even when the run failed).
+    Before anything starts, the command's ``--run-config`` is checked
+    (:func:`check_run_config`): a bad one is one line, ``flower-topics: error: ...``, and
+    status 2. Then, by default, a SuperLink (simulation engine) is started on a free port
+    of 127.0.0.1 with ``FLWR_HOME`` = ``$FLWR_HOME`` or ``<app_dir>/.flwr-home`` and runtime
+    dependency installation off, and made the default connection; ``command`` runs with
+    that environment, the run it submitted is awaited, and the SuperLink is stopped by PID.
+    With ``connection`` (real hosts) nothing is started: the command runs against that
+    existing ``flwr`` connection (``$FLWR_HOME``, default ``~/.flwr``) and the run's
+    final status is read from it. Either way the result is non-zero unless the run's final
+    status is ``finished:completed`` (``flwr run`` itself exits 0 even when the run failed).
 
     Parameters
     ----------
     command : sequence of str
-        The command to run, typically ``["flwr", "run", ".", "--stream"]``.
+        The command to run, typically ``["flwr", "run", ".", "--stream"]``
+        (with ``connection``: ``["flwr", "run", ".", connection, ...]``).
     num_supernodes : int
-        Simulated SuperNodes (= partitions).
+        Simulated SuperNodes (= partitions); not used with ``connection``.
     app_dir : str or Path
         Working directory of the command (the Flower App).
     timeout : float
@@ -261,7 +343,11 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         Print all of the command's output (by default Flower's start-up chatter is dropped,
         see :data:`FLOWER_CHATTER`).
     flwr_home : Path, optional
-        Flower's home for this SuperLink (default: ``$FLWR_HOME`` or ``<app_dir>/.flwr-home``).
+        Flower's home (default: ``$FLWR_HOME``, else ``<app_dir>/.flwr-home`` for the private
+        SuperLink and ``~/.flwr`` with ``connection``).
+    connection : str, optional
+        An existing SuperLink connection of ``FLWR_HOME/config.toml`` (a deployment): start
+        nothing, and do not check the run config's ``dataset`` here (each party names its own).
 
     Returns
     -------
@@ -269,15 +355,24 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         0 when the run completed, else 1 (or the command's own non-zero status); 2, before
         anything is started, when the command's ``--run-config`` is invalid.
     """
-    from flower_topics.errors import UserInputError
-
+    app_dir = Path(app_dir).resolve()
     try:
-        check_run_config(command)
+        check_run_config(command, app_dir, local_data=connection is None)
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
     verbose = verbose or bool(re.search(r"(^|\s)verbose=true\b", " ".join(command)))
-    app_dir = Path(app_dir).resolve()
+    if connection is not None:
+        if connection not in command:
+            print(f"flower-topics: error: name the connection in the command too, e.g. flwr run . {connection} "
+                  "--run-config ...", file=sys.stderr)
+            return 2
+        home = Path(flwr_home or os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser().resolve()
+        try:
+            return _run_and_check(command, app_dir, home, connection, timeout, verbose)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"flower-topics: error: {exc}", file=sys.stderr)
+            return 1
     home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
     with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
         write_connection(home, f"127.0.0.1:{port}")
@@ -285,41 +380,58 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         if verbose:
             print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
                   flush=True)
-        before = latest_run(app_dir, home)
-        code = stream(command, app_dir, flwr_env(home), verbose)
-        if code != 0:
-            return code
-        newest = latest_run(app_dir, home)
+        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose)
+
+
+def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection: str, timeout: float,
+                   verbose: bool) -> int:
+    """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed."""
+    before = latest_run(app_dir, home, connection)
+    started: list[int] = []
+    code = stream(command, app_dir, flwr_env(home), verbose, started)
+    if code != 0:
+        return code
+    if started:
+        run_id = started[-1]
+    else:  # e.g. --format json: the newest run, if the command added one
+        newest = latest_run(app_dir, home, connection)
         if newest is None or newest == before:
             print("flower-topics: the command submitted no run", file=sys.stderr)
             return 1
-        status = wait_for_run(app_dir, home, newest[0], timeout)
+        run_id = newest[0]
+    status = wait_for_run(app_dir, home, run_id, timeout, connection)
+    where = "" if connection == CONNECTION else f" {connection}"
     if not status.startswith("finished:completed"):
-        print(f"flower-topics: run {newest[0]} FAILED ({status}); the log above says why "
-              f"(also: flwr log {newest[0]} --show)", file=sys.stderr)
+        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why "
+              f"(also: flwr log {run_id}{where} --show)", file=sys.stderr)
         return 1
-    if verbose:
-        print(f"flower-topics: run {newest[0]} completed", flush=True)
+    if verbose or connection != CONNECTION:
+        print(f"flower-topics: run {run_id} finished:completed", flush=True)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``flower-topics-superlink [--supernodes N] flwr run . [flwr options]``."""
+    """``flower-topics-superlink [--supernodes N | --connection NAME] flwr run . [flwr options]``."""
     import argparse
 
     parser = argparse.ArgumentParser(
         prog="flower-topics-superlink",
-        description="Run a flwr command against a private local SuperLink (free port, offline) and "
-        "exit non-zero when the run fails.",
+        description="Check a flwr run command's --run-config (one line per error, exit 2), run it against a "
+        "private local SuperLink (free port, offline) or, with --connection, an existing one (real hosts), "
+        "and exit non-zero unless the run completed.",
     )
     parser.add_argument("--supernodes", type=int, default=5, help="simulated SuperNodes (default 5)")
+    parser.add_argument("--connection", metavar="NAME", default=None,
+                        help="use this existing SuperLink connection of $FLWR_HOME/config.toml (real hosts, "
+                        "docs/real-hosts.md) instead of starting a SuperLink; name it in the flwr command too")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the run")
     parser.add_argument("--verbose", action="store_true", help="print Flower's own lines too")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="e.g. flwr run . --stream")
     args = parser.parse_args(argv)
     if not args.command:
         parser.error("give the command to run, e.g. flwr run . --stream")
-    return with_superlink(args.command, num_supernodes=args.supernodes, timeout=args.timeout, verbose=args.verbose)
+    return with_superlink(args.command, num_supernodes=args.supernodes, timeout=args.timeout, verbose=args.verbose,
+                          connection=args.connection)
 
 
 if __name__ == "__main__":

@@ -65,14 +65,15 @@ def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, caps
     assert bad == 2
     assert "'num-topics' = 0 must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
-    # a valid run config whose run fails on the parties (no such corpus): `flwr run` exits 0, the launcher 1
-    missing = tmp_path / "no-such-corpus.jsonl"
+    # a valid run config whose run fails in the ServerApp (no such vocabulary file): `flwr run` exits 0,
+    # the launcher 1
+    missing = tmp_path / "no-such-vocabulary.txt"
     failed = with_superlink([flwr, "run", ".", "--run-config",
-                             f"dataset='{missing}' num-rounds=2 output-dir='{tmp_path / 'failed'}'"],
+                             f"{config} vocabulary='{missing}' output-dir='{tmp_path / 'failed'}'"],
                             num_supernodes=2, app_dir=ROOT, timeout=240)
     assert failed == 1
     err = capsys.readouterr().err
-    assert "FAILED (finished:failed" in err and f"dataset '{missing}' does not exist" in err
+    assert "FAILED (finished:failed" in err
     assert not (tmp_path / "failed" / "model.npz").exists()
 
 
