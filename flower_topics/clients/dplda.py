@@ -13,7 +13,8 @@ Each round the party (Park et al. 2016, Algorithm 1, the steps inside one iterat
 
 Nothing else leaves the party: not the number of documents sampled or held, not theta, not a
 metric. The randomness of steps 1 and 4 is drawn fresh for every release from the party's
-secret seed and its own release counter (never from the round number the server sends, so
+secret seed (OS entropy, or its ``secret-seed`` mixed with a per-run nonce) and its own
+release counter (never from the round number the server sends, so
 that a server that repeats a round cannot get the same noise twice).
 
 The party keeps its own accountant: the (sigma, q) of every release it made in this run. It
@@ -34,6 +35,7 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
+from flower_topics.privacy.accountant import releases_epsilon
 from flower_topics.wire import dplda as wire
 
 #: Settings keys the ClientApp adds for this party (from its node config and its own agreement release).
@@ -64,13 +66,6 @@ def check_lambda(lam: np.ndarray, settings: wire.DPLDASettings, n_words: int) ->
     if not np.all(np.isfinite(lam)) or not np.all(lam > 0):
         raise UserInputError("the server's topic parameters must be finite and positive")
     return lam
-
-
-def party_epsilon(releases: np.ndarray, delta: float) -> float:
-    """This party's epsilon at ``delta`` over its releases (RDP, dp-accounting), each (sigma, q)."""
-    from flower_topics.privacy.accountant import releases_epsilon
-
-    return releases_epsilon(releases, delta)
 
 
 def release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings, rng: np.random.Generator
@@ -116,7 +111,7 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     if before_delta >= settings.delta:
         raise UserInputError(f"the vocabulary release spent delta {before_delta:g}, the run's target is "
                              f"{settings.delta:g}")
-    spent = before_eps + party_epsilon(releases, settings.delta - before_delta)
+    spent = before_eps + releases_epsilon(releases, settings.delta - before_delta)
     if spent > cap * (1.0 + 1e-9):
         raise UserInputError(f"this release would take the party to eps {spent:.4g} per document, over its cap "
                              f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")
