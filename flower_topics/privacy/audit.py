@@ -283,7 +283,7 @@ def epsilon_lower_bound(scores: np.ndarray | Sequence[float], members: np.ndarra
     confidence : float, default 0.95
         Level of each Clopper-Pearson interval.
     select_fraction : float, default 0.5
-        Share of the trials used to choose the test, in (0, 1); 0 uses all trials for both
+        Share of the trials used to choose the test, in [0, 1); 0 uses all trials for both
         (the maximum over thresholds, optimistic).
     seed : int, default 0
         Seed of the auditor's selection split.
