@@ -43,6 +43,7 @@ from flower_topics.strategies.base import FederationError, error_reason, wait_fo
 from flower_topics.wire import agreement as wire
 from flower_topics.wire.protocol import (
     CONFIG,
+    METRICS,
     ReplyError,
     payload_bytes,
     validate_reply,
@@ -72,6 +73,11 @@ class Agreement:
         Nodes that could not take part, with the reason.
     privacy : PrivacyReport or None
         What ``private`` spent (per document).
+    node_corpora : int
+        Nodes that said they read their own file (node config ``dataset``).
+    shares : int
+        Nodes that said they hold a simulated share of the run config's ``dataset``; nodes
+        that said neither (another ClientApp) count in neither.
     """
 
     vocabulary: tuple[str, ...]
@@ -82,12 +88,32 @@ class Agreement:
     seconds: float
     excluded: dict[int, str] = field(default_factory=dict)
     privacy: PrivacyReport | None = None
+    node_corpora: int = 0
+    shares: int = 0
+
+    def data_source(self, dataset: str) -> str:
+        """Which corpus the run was trained on, as the parties said: ``dataset`` (the run config's)
+        only if every node holds a simulated share of it; else the parties' own files."""
+        if self.nodes and self.shares == self.nodes:
+            return dataset
+        if self.nodes and self.node_corpora == self.nodes:
+            return "the parties' own files (node config)"
+        others = self.nodes - self.node_corpora - self.shares
+        parts = [f"{self.node_corpora} parties' own files (node config)" if self.node_corpora else "",
+                 f"{self.shares} shares of {dataset}" if self.shares else "",
+                 f"{others} unknown" if others else ""]
+        return "mixed: " + ", ".join(p for p in parts if p)
+
+    def simulated(self) -> bool:
+        """Whether every node trained on a simulated share of the run config's dataset."""
+        return bool(self.nodes) and self.shares == self.nodes
 
     def summary(self) -> dict[str, Any]:
         """The figures a run records (``metrics.jsonl``'s first line and the model's metadata)."""
         return {"mode": self.mode, "words": len(self.vocabulary), "nodes": self.nodes, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "seconds": round(self.seconds, 3),
                 "fingerprint": vocabulary_fingerprint(self.vocabulary),
+                "node_corpora": self.node_corpora, "shares": self.shares,
                 "privacy": None if self.privacy is None else self.privacy.to_dict()}
 
 
@@ -148,18 +174,20 @@ def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float |
                                                           "vocabulary": vocabulary_fingerprint(vocabulary)})}),
                         dst_node_id=n, message_type=wire.VOCABULARY) for n in nodes]
     sent += sum(payload_bytes(m.content) for m in messages)
-    answered = set()
+    answered: dict[int, float | None] = {}  # node -> its NODE_CORPUS flag (None: it sent none)
     for reply in grid.send_and_receive(messages, timeout=timeout):
         if reply.has_error():
             excluded[reply.metadata.src_node_id] = error_reason(reply)
         else:
-            answered.add(reply.metadata.src_node_id)
+            answered[reply.metadata.src_node_id] = _node_corpus(reply)
             received += payload_bytes(reply.content)
     nodes = [n for n in nodes if n in answered]
     _enough(nodes, excluded, int(config["min-nodes"]))
     for node, why in excluded.items():
         logger.warning("vocabulary agreement: node %d cannot take part: %s", node, why)
-    agreement = Agreement(vocabulary, mode, len(nodes), sent, received, time.time() - started, excluded, privacy)
+    flags = [answered[n] for n in nodes]
+    agreement = Agreement(vocabulary, mode, len(nodes), sent, received, time.time() - started, excluded, privacy,
+                          node_corpora=flags.count(1.0), shares=flags.count(0.0))
     logger.info("vocabulary agreement (%s): %d words from %d node(s), %d bytes sent, %d received, %.2f s",
                 mode, len(vocabulary), len(nodes), sent, received, agreement.seconds)
     return agreement
@@ -240,6 +268,15 @@ def _candidates_of(reply: Message, private: bool) -> tuple[tuple[str, ...], np.n
     if len(set(words)) != len(words) or any(not w or w != w.strip() for w in words):
         raise ReplyError("words must be distinct, non-empty and without white space")
     return words, counts.astype(np.float64), int(metrics.get("num-documents", 0)), bool(record["curated"])
+
+
+def _node_corpus(reply: Message) -> float | None:
+    """The vocabulary reply's :data:`~flower_topics.wire.agreement.NODE_CORPUS` flag (1 or 0), or None."""
+    try:
+        value = float(reply.content[METRICS][wire.NODE_CORPUS])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if value in (0.0, 1.0) else None
 
 
 def _enough(nodes: list[int], excluded: Mapping[int, str], min_nodes: int) -> None:

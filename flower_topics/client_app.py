@@ -234,7 +234,8 @@ def accept_vocabulary(msg: Message, context: Context, config: Mapping[str, Any])
         raise UserInputError("the vocabulary message is corrupt: its words do not match its fingerprint")
     context.state[VOCABULARY_STATE] = ConfigRecord({"words": str(request[agreement.WORDS]), "fingerprint": fingerprint})
     agreed_documents(context, config, fingerprint)  # fails here, with the reason, if no document keeps a word
-    return Message(content=RecordDict({METRICS: MetricRecord({})}), reply_to=msg)
+    own = bool(node_options(context.node_config).get("dataset"))  # its own file, or a share of the run's dataset
+    return Message(content=RecordDict({METRICS: MetricRecord({agreement.NODE_CORPUS: int(own)})}), reply_to=msg)
 
 
 def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:

@@ -116,9 +116,14 @@ def server_scores(model: TopicModel, truth: tuple[np.ndarray, Sequence[str]] | N
     return scores
 
 
-def synthetic_truth(config: Mapping[str, Any]) -> tuple[np.ndarray, tuple[str, ...]] | None:
-    """The true topics of the run's synthetic corpus, regenerated from its public seed (simulation only)."""
-    if str(config["dataset"]) != SYNTHETIC:
+def synthetic_truth(config: Mapping[str, Any], agreement: Agreement | None = None
+                    ) -> tuple[np.ndarray, tuple[str, ...]] | None:
+    """The true topics of the run's synthetic corpus, regenerated from its public seed (simulation only).
+
+    With ``agreement``, only if every party said it trained on a simulated share of the run
+    config's dataset: parties that read their own files have no known topics.
+    """
+    if str(config["dataset"]) != SYNTHETIC or (agreement is not None and not agreement.simulated()):
         return None
     corpus = make_synthetic_corpus(synthetic_config(config), seed=int(config["seed"]))
     return corpus.topic_word, corpus.corpus.vocabulary
@@ -150,11 +155,12 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_vocabulary(agreement.vocabulary)
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
-    truth = synthetic_truth(config)
+    truth = synthetic_truth(config, agreement)
+    data = agreement.data_source(str(config["dataset"]))  # the parties' own files unless all hold shares
     recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
-    console.say("flower-topics: %s, %d topics, %d rounds; vocabulary: %d words (%s) from %d node(s)",
-                config["method"], int(config["num-topics"]), int(config["num-rounds"]), len(agreement.vocabulary),
-                agreement.mode, agreement.nodes)
+    console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
+                config["method"], int(config["num-topics"]), int(config["num-rounds"]), data,
+                len(agreement.vocabulary), agreement.mode, agreement.nodes)
     result = strategy.start(
         grid=grid,
         initial_arrays=strategy.initial_arrays(),
@@ -170,7 +176,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         model.vocabulary,
         metadata={
             "method": config["method"],
-            "run_config": dict(config),
+            "run_config": {**config, "dataset": data},  # the corpus the parties said they read
             "rounds": int(config["num-rounds"]),
             "privacy": recorder.privacy().to_dict(),
             "vocabulary_agreement": agreement.summary(),

@@ -5,7 +5,8 @@ What may leave a party, by message type (README, "What leaves a party"):
 - ``query.candidates``: its candidate words (a ``config`` record: ``words``, ``curated``), one
   document frequency per word, and its number of documents (``union``); the words and noisy
   counts that pass its differentially private threshold (``private``);
-- ``query.vocabulary``: nothing (an empty metrics record);
+- ``query.vocabulary``: one flag, ``node-corpus`` (1: the party reads its own file, 0: a
+  simulated share of the run config's dataset), so the run records which corpus it trained on;
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``);
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
@@ -80,8 +81,10 @@ class Audit:
             spec, free_axes = _spec(request)
             try:
                 if spec is None:
-                    if set(reply.content.keys()) != {METRICS} or len(reply.content[METRICS]) != 0:
-                        raise ReplyError(f"unexpected records {sorted(reply.content.keys())}")
+                    if set(reply.content.keys()) != {METRICS} or dict(reply.content[METRICS]) not in (
+                            {agreement.NODE_CORPUS: 0}, {agreement.NODE_CORPUS: 1}):
+                        raise ReplyError(f"unexpected records {sorted(reply.content.keys())}: "
+                                         f"{ {k: dict(v) for k, v in reply.content.items()} }")
                 else:
                     validate_reply(reply.content, spec)
             except ReplyError as exc:

@@ -15,8 +15,10 @@
 
 2. ``query.vocabulary`` (server to every node): the agreed words (``words``, joined by
    newlines, in column order) and their fingerprint. A node maps its documents onto them,
-   keeps the vocabulary in its state and replies with an empty MetricRecord, or with an
-   error when none of its documents keeps a word.
+   keeps the vocabulary in its state and replies with a MetricRecord of one flag,
+   :data:`NODE_CORPUS` (1: it reads its own file, its node config's ``dataset``; 0: a
+   simulated share of the run config's ``dataset``), so that the run records which corpus
+   it was trained on; or with an error when none of its documents keeps a word.
 
 With a public vocabulary file there is no ``query.candidates``: the server reads the file
 and sends it with ``query.vocabulary``.
@@ -33,6 +35,8 @@ VOCABULARY = f"{MessageType.QUERY}.vocabulary"
 METHOD = "agreement"
 WORDS = "words"
 DOC_FREQ = "doc-freq"
+#: The vocabulary reply's one flag: 1 if the node reads its own file (node config), 0 if a simulated share.
+NODE_CORPUS = "node-corpus"
 #: The agreement modes besides a vocabulary file's path.
 MODES = ("union", "private")
 #: Largest candidate reply accepted (words and counts), in bytes.
