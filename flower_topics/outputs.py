@@ -12,7 +12,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -144,17 +144,13 @@ def privacy_points(rows: list[Mapping[str, Any]]) -> tuple[list[int], list[float
     return rounds, total, per_round, unit
 
 
-def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
-    """One PNG per metric of :data:`PLOTTED` present in the file (``<metric>.png``), value against round,
-    and ``privacy.png`` (epsilon spent so far and per round) when the run has a privacy mechanism.
+def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[float, float] = (5.5, 3.6)
+                   ) -> Iterator[tuple[str, Any]]:
+    """``(name, figure)`` for each metric of :data:`PLOTTED` in ``rows`` (value against round), then
+    ``privacy`` (epsilon spent so far and per round) when the run has a privacy mechanism.
 
-    Each plot's title names the metric and the run (its directory name, and the method and
-    corpus of ``model.npz`` when it is there); rounds are whole numbers on the x axis.
-
-    Returns
-    -------
-    list of Path
-        The PNG files written.
+    Each figure's title names the metric and ``label`` (the run); rounds are whole numbers on
+    the x axis. The caller saves and closes each figure.
     """
     import matplotlib
 
@@ -162,20 +158,13 @@ def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathL
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    rows = read_metrics(metrics_path)
-    label = run_label(directory)
-    written = []
-
-    def save(fig: Any, ax: Any, name: str, title: str) -> None:
+    def finish(fig: Any, ax: Any, title: str) -> Any:
         ax.set_title(f"{title}\n{label}", fontsize=9)
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        out = Path(directory) / f"{name}.png"
-        fig.savefig(out, dpi=100)
-        plt.close(fig)
-        written.append(out)
+        return fig
 
     for key in PLOTTED:
         points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
@@ -183,18 +172,37 @@ def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathL
             continue
         rounds, values = zip(*points)
         title, ylabel = METRIC_LABELS.get(key, (key, key))
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        fig, ax = plt.subplots(figsize=size)
         ax.plot(rounds, values, marker="o" if len(points) < 30 else None)
         ax.set_ylabel(ylabel)
-        save(fig, ax, key, title)
-    rounds, total, per_round, unit = privacy_points(rows)
+        yield key, finish(fig, ax, title)
+    rounds, total, per_round, unit = privacy_points(list(rows))
     if rounds:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        fig, ax = plt.subplots(figsize=size)
         ax.plot(rounds, total, marker="o" if len(rounds) < 30 else None, label="spent so far")
         ax.plot(rounds, per_round, linestyle="--", label="spent in the round")
         ax.set_ylabel(f"epsilon per {unit}" if unit and unit != "none" else "epsilon")
         ax.legend(fontsize=8)
-        save(fig, ax, PRIVACY_PLOT, "Privacy spent (epsilon)")
+        yield PRIVACY_PLOT, finish(fig, ax, "Privacy spent (epsilon)")
+
+
+def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
+    """One PNG per figure of :func:`metric_figures` (``<metric>.png``, ``privacy.png``), titled with the
+    run (its directory name, and the method and corpus of ``model.npz`` when it is there).
+
+    Returns
+    -------
+    list of Path
+        The PNG files written.
+    """
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, fig in metric_figures(read_metrics(metrics_path), run_label(directory)):
+        out = Path(directory) / f"{name}.png"
+        fig.savefig(out, dpi=100)
+        plt.close(fig)
+        written.append(out)
     return written
 
 

@@ -37,7 +37,7 @@ from flower_topics.outputs import (
     PLOTTED,
     STATE_FILE,
     _is_number,
-    privacy_points,
+    metric_figures,
     read_metrics,
 )
 
@@ -156,41 +156,10 @@ def _svg(fig: Any) -> str:
 
 
 def _plots(rows: Sequence[Mapping[str, Any]], label: str) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
-    figures = []
     with plt.rc_context({"svg.fonttype": "none"}):
-        def finish(fig: Any, ax: Any, title: str) -> None:
-            ax.set_title(f"{title}\n{label}", fontsize=9)
-            ax.set_xlabel("round")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            figures.append(_svg(fig))
-
-        for key in PLOTTED:
-            points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
-            if not points:
-                continue
-            rounds, values = zip(*points)
-            title, ylabel = METRIC_LABELS.get(key, (key, key))
-            fig, ax = plt.subplots(figsize=(5.2, 3.4))
-            ax.plot(rounds, values, marker="o" if len(points) < 30 else None)
-            ax.set_ylabel(ylabel)
-            finish(fig, ax, title)
-        rounds, total, per_round, unit = privacy_points(list(rows))
-        if rounds:
-            fig, ax = plt.subplots(figsize=(5.2, 3.4))
-            ax.plot(rounds, total, marker="o" if len(rounds) < 30 else None, label="spent so far")
-            ax.plot(rounds, per_round, linestyle="--", label="spent in the round")
-            ax.set_ylabel(f"epsilon per {unit}" if unit and unit != "none" else "epsilon")
-            ax.legend(fontsize=8)
-            finish(fig, ax, "Privacy spent (epsilon)")
-    return figures
+        return [_svg(fig) for _, fig in metric_figures(rows, label, size=(5.2, 3.4))]
 
 
 def _map_svg(coords: np.ndarray, sizes: TopicSizes | None, label: str) -> str:
