@@ -21,6 +21,7 @@ Gaussian releases spend at most the target minus what the earlier releases spent
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import dp_accounting
@@ -64,17 +65,23 @@ def rounds_epsilon(noise_multiplier: float, sample_rate: float, rounds: int, del
 def releases_epsilon(releases: np.ndarray, delta: float) -> float:
     """Epsilon at ``delta`` of a sequence of subsampled Gaussian releases, one ``(sigma, q)`` row each.
 
-    Rows with the same ``(sigma, q)`` are composed as one self-composed event.
+    Rows with the same ``(sigma, q)`` are composed as one self-composed event; results are
+    cached (the report and every party ask for the same figures each round).
     """
     releases = np.asarray(releases, dtype=np.float64).reshape(-1, 2)
     if not 0 < delta < 1 or np.any(releases[:, 0] <= 0) or np.any((releases[:, 1] <= 0) | (releases[:, 1] > 1)):
         raise ValueError("need 0 < delta < 1, sigma > 0 and 0 < q <= 1 in every release")
     if releases.size == 0:
         return 0.0
-    accountant = rdp.RdpAccountant(list(ORDERS), dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
     kinds, counts = np.unique(releases, axis=0, return_counts=True)
-    for (sigma, rate), count in zip(kinds, counts):
-        accountant.compose(dp_accounting.SelfComposedDpEvent(_round_event(float(sigma), float(rate)), int(count)))
+    return _composed_epsilon(tuple((float(s), float(q), int(c)) for (s, q), c in zip(kinds, counts)), float(delta))
+
+
+@functools.lru_cache(maxsize=4096)
+def _composed_epsilon(events: tuple[tuple[float, float, int], ...], delta: float) -> float:
+    accountant = rdp.RdpAccountant(list(ORDERS), dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    for sigma, rate, count in events:
+        accountant.compose(dp_accounting.SelfComposedDpEvent(_round_event(sigma, rate), count))
     return float(accountant.get_epsilon(delta))
 
 
