@@ -23,8 +23,6 @@ import logging
 import time
 from pathlib import Path
 
-import numpy as np
-
 from flower_topics.client_app import make_client_app
 from flower_topics.config import parse_run_config
 from flower_topics.data.prepare import load_run_data

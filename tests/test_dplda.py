@@ -137,9 +137,10 @@ def _violations(settings: DPLDASettings, n: int = 6000) -> float:
     thresholds = np.quantile(np.concatenate([with_doc, without]), np.linspace(0.5, 0.995, 40))
     lo1, up1 = _exceedance(with_doc, thresholds, 0.999)
     lo0, up0 = _exceedance(without, thresholds, 0.999)
-    below_lo1, below_up1 = 1 - up1, 1 - lo1
-    below_lo0, below_up0 = 1 - up0, 1 - lo0
-    excess = np.concatenate([lo1 - (np.exp(eps) * up0 + delta), below_lo0 - (np.exp(eps) * below_up1 + delta)])
+    # the document pushes mass up: P_D'[X > t] <= e^eps P_D[X > t] + delta and P_D[X <= t] <= e^eps P_D'[X <= t] + delta
+    upper = lo1 - (np.exp(eps) * up0 + delta)
+    lower = (1 - up0) - (np.exp(eps) * (1 - lo1) + delta)
+    excess = np.concatenate([upper, lower])
     return float(excess.max())
 
 
