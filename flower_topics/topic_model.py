@@ -183,7 +183,7 @@ def count_texts(texts: Sequence[str], vocabulary: Sequence[str], *, lowercase: b
     n_oov : np.ndarray
         Each text's tokens outside the vocabulary (stopwords included).
     """
-    from flower_topics.data.preprocessing import SENTENCE_BREAK, STOPWORD_LISTS, PreprocessConfig
+    from flower_topics.data.preprocessing import SENTENCE_BREAK, PreprocessConfig, stopword_list
 
     config = PreprocessConfig(lowercase=bool(lowercase), stopwords=None if stopwords in (None, "none") else stopwords)
     for d, text in enumerate(texts):
@@ -192,7 +192,7 @@ def count_texts(texts: Sequence[str], vocabulary: Sequence[str], *, lowercase: b
     pattern = re.compile(config.token_pattern)
     per_doc = [list(itertools.chain.from_iterable(pattern.findall(s) for s in SENTENCE_BREAK.split(
         t.lower() if config.lowercase else t))) for t in texts]
-    stop = STOPWORD_LISTS[config.stopwords] if config.stopwords else frozenset()
+    stop = stopword_list(config.stopwords) if config.stopwords else frozenset()
     column = {w: j for j, w in enumerate(vocabulary) if w.lower() not in stop}
     return _count(per_doc, column, len(vocabulary))
 

@@ -7,6 +7,8 @@ bag-of-words matrix. Every step after tokenization works on integer arrays.
 
 from __future__ import annotations
 
+import functools
+
 import itertools
 import logging
 import re
@@ -14,14 +16,25 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 
 logger = logging.getLogger("flower_topics")
 
-STOPWORD_LISTS: dict[str, frozenset[str]] = {"english": frozenset(ENGLISH_STOP_WORDS)}
+#: The stopword lists ``stopwords`` may name.
+STOPWORD_LISTS: tuple[str, ...] = ("english",)
+
+
+@functools.lru_cache(maxsize=None)
+def stopword_list(name: str) -> frozenset[str]:
+    """The words of a stopword list (``"english"``: scikit-learn's ``ENGLISH_STOP_WORDS``, imported on first use:
+    scikit-learn takes seconds to import, and every Flower ClientApp process imports this module)."""
+    if name != "english":
+        raise ValueError(f"unknown stopword list {name!r}; use one of {STOPWORD_LISTS}")
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return frozenset(ENGLISH_STOP_WORDS)
 
 #: Where a sentence ends: after ``.``, ``!`` or ``?`` followed by white space, and at line breaks.
 #: Texts are split there before tokenizing (the corpus keeps the boundaries, ``Corpus.sentence_start``).
@@ -252,7 +265,7 @@ def _vocabulary_mask(
     n_words = len(words)
     keep = np.ones(n_words, dtype=bool)
     if config.stopwords is not None:
-        stop = STOPWORD_LISTS[config.stopwords]
+        stop = stopword_list(config.stopwords)
         keep &= np.fromiter((w.lower() not in stop for w in words), dtype=bool, count=n_words)
     pairs = np.unique(doc_ids * n_words + ids)
     df = np.bincount(pairs % n_words, minlength=n_words) if n_words else np.zeros(0, dtype=np.int64)

@@ -6,8 +6,6 @@ import math
 from typing import Sequence
 
 import numpy as np
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import f1_score, mutual_info_score
 
 
 def clustering_scores(theta: np.ndarray, labels: Sequence[object] | np.ndarray) -> dict[str, float]:
@@ -90,6 +88,8 @@ def _nmi(table: np.ndarray) -> float:
     """scikit-learn's arithmetic NMI from a labels-by-clusters table without empty rows or columns."""
     if table.shape[0] == table.shape[1] == 1:
         return 1.0
+    from sklearn.metrics import mutual_info_score  # scikit-learn on use: a ClientApp process never needs it
+
     mutual_information = mutual_info_score(None, None, contingency=table)
     if mutual_information == 0:
         return 0.0
@@ -147,6 +147,9 @@ def classification_f1(
         raise ValueError("the training documents need at least two distinct labels for the classifier")
     if y_test.size == 0:
         raise ValueError("there are no test documents to classify")
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+
     classifier = LogisticRegression(max_iter=1000, random_state=seed)
     classifier.fit(np.asarray(theta_train, dtype=np.float64), y_train)
     predicted = classifier.predict(np.asarray(theta_test, dtype=np.float64))
