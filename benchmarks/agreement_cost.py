@@ -59,15 +59,19 @@ def floors(values: list[int], nodes: int, out: Path) -> None:
                          "words_sent": sum(sent), "bytes_to_server": agreement.bytes_received,
                          "seconds": round(agreement.seconds, 2)})
             print(rows[-1], flush=True)
-    fields = list(rows[0])
-    with (out / "floors.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
+    write_table(out / "floors.csv", rows, list(rows[0]))
+
+
+
+def write_table(path: Path, rows: list[dict], fields: list[str]) -> None:
+    """Write ``rows`` to a CSV file and print them as a Markdown table."""
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     print("| " + " | ".join(fields) + " |\n|" + "---|" * len(fields))
     for row in rows:
-        print("| " + " | ".join(str(row[f]) for f in fields) + " |")
-
+        print("| " + " | ".join(str(row.get(f, "")) for f in fields) + " |")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -109,13 +113,7 @@ def main() -> None:
             print(row, flush=True)
     fields = ["corpus", "mode", "words", "seconds", "bytes_to_server", "bytes_to_nodes", "perplexity", "npmi",
               "heldout_tokens", "eval_bytes", "note"]
-    with (out / "agreement.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    print("| " + " | ".join(fields) + " |\n|" + "---|" * len(fields))
-    for row in rows:
-        print("| " + " | ".join(str(row.get(f, "")) for f in fields) + " |")
+    write_table(out / "agreement.csv", rows, fields)
 
 
 if __name__ == "__main__":
