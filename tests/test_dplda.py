@@ -330,3 +330,10 @@ def test_a_small_dplda_run_end_to_end_reports_the_whole_run_on_the_document(tmp_
     assert report["epsilon"] == pytest.approx(20.0, abs=0.05) and report["epsilon"] <= 20.0 + 1e-9
     assert report["delta"] == pytest.approx(1e-5)
     np.testing.assert_allclose(model.topic_word.sum(axis=1), 1.0)
+
+
+def test_the_console_says_what_a_dplda_run_can_give():
+    from flower_topics.methods import get_method
+
+    notes = get_method("dplda").quality_notes({"dplda.epsilon": 3.0})
+    assert len(notes) == 1 and "eps 3" in notes[0] and "dplda.epsilon" in notes[0]

@@ -173,3 +173,14 @@ def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int) ->
 def settings(config: Mapping[str, Any]) -> DPLDASettings:
     """The settings every party receives, from a validated run config (sigma calibrated)."""
     return DPLDASettings.from_record({**config, "dplda.noise-multiplier": noise_multiplier(config)})
+
+
+def quality_notes(config: Mapping[str, Any]) -> list[str]:
+    """What a run's topics can be expected to give, and the options that change it (the console says it).
+
+    The server does not know the parties' corpus sizes, which decide it, so the note gives the measured scale.
+    """
+    eps = float(config["dplda.epsilon"])
+    return [f"dplda at eps {eps:g}: its topics are readable only with tens of thousands of training documents "
+            "(debian_large, 47k: NPMI 0.108 at eps 4 against 0.152 without privacy); on a few thousand they are "
+            "mostly noise (docs/dplda.md). A larger dplda.epsilon or a smaller public vocabulary helps"]
