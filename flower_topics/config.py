@@ -22,7 +22,9 @@ from typing import Any, Mapping
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, get_method
-from flower_topics.options import ConfigValue, Option, at_least, coerce, in_range, one_of, positive
+from flower_topics.options import (
+    ConfigValue, Option, at_least, coerce, in_range, one_of, positive, positive_finite, shown,
+)
 
 
 def _min_df(v: Any) -> str | None:
@@ -83,7 +85,7 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
                                                                                                     "laplace")),
         # --- partitioning among clients
         "partition": Option("label", "how documents are split among clients", one_of(*PARTITION_SCHEMES)),
-        "dirichlet-alpha": Option(0.5, "concentration of the Dirichlet label skew", positive),
+        "dirichlet-alpha": Option(0.5, "concentration of the Dirichlet label skew", positive_finite),
         "partition-sizes": Option(
             "", "explicit partition sizes for partition='sizes': counts '85,165,252' or ratios '0.2,0.3,0.5'"
         ),
@@ -98,22 +100,30 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "synthetic-docs-per-node": Option(200, "synthetic corpus: documents per node", at_least(1)),
         "synthetic-doc-min-length": Option(50, "synthetic corpus: shortest document", at_least(1)),
         "synthetic-doc-max-length": Option(100, "synthetic corpus: longest document", at_least(1)),
-        "synthetic-eta": Option(0.01, "synthetic corpus: topic-word Dirichlet prior", positive),
-        "synthetic-alpha": Option(0.1, "synthetic corpus: document-topic Dirichlet prior", positive),
+        "synthetic-eta": Option(0.01, "synthetic corpus: topic-word Dirichlet prior", positive_finite),
+        "synthetic-alpha": Option(0.1, "synthetic corpus: document-topic Dirichlet prior", positive_finite),
         # --- priors
-        "alpha": Option(0.1, "document-topic Dirichlet prior (symmetric)", positive),
-        "beta": Option(0.01, "topic-word Dirichlet prior (symmetric; LDA-family methods)", positive),
+        "alpha": Option(0.1, "document-topic Dirichlet prior (symmetric)", positive_finite),
+        "beta": Option(0.01, "topic-word Dirichlet prior (symmetric; LDA-family methods)", positive_finite),
         # --- federation
         "fraction-train": Option(1.0, "fraction of connected nodes sampled each round", in_range(0, 1, low_open=True)),
         "min-nodes": Option(1, "wait for at least this many nodes; stop when fewer can take part", at_least(1)),
         "min-replies": Option(1.0, "valid replies a round needs to change the model: a count >= 1, or a fraction "
                               "in (0, 1) of the nodes sampled (else the model is kept)", _count_or_fraction),
         "round-timeout": Option(600.0, "seconds to wait for the replies of one round", positive),
+        "secure-aggregation": Option(False, "the server learns only the sum of each round's updates (SecAgg on "
+                                     "Flower's message API; the DP noise is then shared among the parties); methods "
+                                     "that support it: docs/secure-aggregation.md"),
+        "secure-aggregation-bits": Option(32, "secure aggregation: sums live in the integers modulo 2^bits",
+                                          in_range(16, 64)),
+        "secure-aggregation-tolerance": Option(1, "secure aggregation: parties of a round that may drop out after "
+                                               "masking or collude with the server without weakening the guarantee "
+                                               "(a round of n needs n - T survivors; T < n / 2)", at_least(0)),
         # --- evaluation
         "eval-every": Option(0, "evaluate the global model every N rounds (0 = ten times a run, evenly spaced; the "
                              "last round always)", at_least(0)),
         "eval-iterations": Option(100, "EM iterations of the theta fold-in for perplexity", at_least(1)),
-        "eval-alpha": Option(0.01, "symmetric alpha of the theta fold-in", positive),
+        "eval-alpha": Option(0.01, "symmetric alpha of the theta fold-in", positive_finite),
         "eval-labels": Option(True, "also NMI and purity in the last round, when the parties have labels"),
         "verbose": Option(False, "console: also Flower's own lines (the strategy's banner, every record, the final "
                           "dump) and the package's information lines; default: one line a round and a summary"),
@@ -154,13 +164,14 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
     UserInputError
         For an unknown key or method, a value of the wrong type, or a value out of range.
     """
-    unknown = sorted(set(raw) - set(OPTIONS))
+    unknown = sorted((key for key in raw if key not in OPTIONS), key=str)
     if unknown:
-        hints = [f"{key} (did you mean {' or '.join(_close_keys(key))}?)" if _close_keys(key) else key
-                 for key in unknown]
+        hints = [f"{_key_text(key)} (did you mean {' or '.join(_close_keys(key))}?)" if _close_keys(key)
+                 else _key_text(key) for key in unknown[:10]] + ([f"and {len(unknown) - 10} more"] * (len(unknown) > 10))
         raise UserInputError(f"unknown run-config key(s) {', '.join(hints)}; docs/outputs-and-api.md lists every key")
     if "method" in raw:
-        get_method(str(raw["method"]))  # an unknown method is one line naming the registered ones
+        method = raw["method"]  # an unknown method is one line naming the registered ones
+        get_method(method if isinstance(method, str) and len(method) <= 60 else shown(method, 60))
     config = defaults()
     for key, value in raw.items():
         config[key] = coerce(key, value, OPTIONS[key])
@@ -169,8 +180,15 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
     return config
 
 
-def _close_keys(key: str) -> list[str]:
+def _key_text(key: Any) -> str:
+    """A key as an error line shows it: as it is when it is a short printable string, else its clipped repr."""
+    return key if isinstance(key, str) and key.isprintable() and len(key) <= 60 else shown(key, 60)
+
+
+def _close_keys(key: Any) -> list[str]:
     """Known keys a mistyped or un-namespaced key may have meant (``epsilon`` -> ``fedlda.epsilon``)."""
+    if not isinstance(key, str) or len(key) > 200:
+        return []
     namespaced = [k for k in OPTIONS if k.split(".")[-1] == key]
     return namespaced or difflib.get_close_matches(key, list(OPTIONS), n=2)
 

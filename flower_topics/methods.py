@@ -77,9 +77,18 @@ class MethodSpec:
     def check(self, config: Mapping[str, Any]) -> None:
         """What a run of this method needs of a validated run config beyond each key's range
         (the wire module's ``check_config``, when it has one); raises UserInputError."""
+        if bool(config.get("secure-aggregation", False)) and not self.secure_sum:
+            able = ", ".join(spec.name for spec in METHODS.values() if spec.secure_sum) or "none"
+            raise UserInputError(f"secure-aggregation=true: {self.name}'s replies are not sums the server could add "
+                                 f"under masks (methods that support it: {able}; docs/secure-aggregation.md)")
         check_config = getattr(self.protocol, "check_config", None)
         if check_config is not None:
             check_config(config)
+
+    @property
+    def secure_sum(self) -> bool:
+        """Whether its replies can go through secure aggregation (its wire module's ``SECURE_SUM``)."""
+        return bool(getattr(self.protocol, "SECURE_SUM", False))
 
     def quality_notes(self, config: Mapping[str, Any]) -> list[str]:
         """Lines for the console when this run config is known to give poor topics: why, and the option that

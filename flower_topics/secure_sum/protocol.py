@@ -1,0 +1,125 @@
+"""What the secure sum's messages carry, and the arithmetic modulo ``2^bits`` (shared by both ends).
+
+A round of secure aggregation has four steps; the first, second and fourth are Flower query
+messages of type :data:`MESSAGE_TYPE` with a :data:`~flower_topics.wire.protocol.CONFIG`
+record whose ``stage`` is one of:
+
+``keys``
+    server -> each sampled party: the round, the participants, ``bits`` and the threshold
+    ``t``. Reply: two fresh P-384 public keys (``c-pk`` to encrypt shares, ``s-pk`` for the
+    pairwise masks).
+``shares``
+    server -> each party that answered: everyone's public keys. Reply: for every other
+    participant, a Fernet ciphertext of its Shamir shares (threshold ``t``) of this party's
+    self-mask seed and of its mask private key.
+
+The third step is the method's own ``train.<method>`` message: it carries a
+:data:`ROUND_RECORD` ConfigRecord with the ciphertexts addressed to the party; the party
+replies with one array, :data:`MASKED_KEY`, its integer update plus its masks, modulo
+``2^bits``.
+
+``unmask``
+    server -> the parties whose masked update arrived: who is alive and who dropped out.
+    Reply: the shares of each alive party's self-mask seed and of each dropped party's mask
+    key (never both for one party; a party answers ``unmask`` once per round).
+
+What the server learns: the public keys, the ciphertexts (it holds no key to open them), the
+masked vectors (uniform modulo ``2^bits`` to it) and, after ``unmask``, the sum over the
+alive parties and nothing else, as long as it follows the protocol and fewer than ``t``
+parties collude with it (honest-but-curious server; Bonawitz et al. 2017, SecAgg; Bell et
+al. 2020 for SecAgg+, whose sparse graph we replace by the complete one at our party counts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+from flwr.app import MessageType
+
+MESSAGE_TYPE = f"{MessageType.QUERY}.secure_sum"
+ROUND_RECORD = "secure-sum"
+MASKED_KEY = "masked-sum"
+STAGES = ("keys", "shares", "unmask")
+
+
+@dataclass(frozen=True)
+class SecureSumSettings:
+    """The run's secure-sum settings.
+
+    Parameters
+    ----------
+    bits : int
+        The sum lives in the integers modulo ``2^bits`` (16 to 64).
+    tolerance : int
+        ``T``: parties of a round that may drop out after masking or collude with the
+        server. A round of ``n`` parties needs ``n - T`` survivors, Shamir's threshold is
+        ``t = n - T``, and ``T < n / 2`` (so that a colluding server cannot open both a
+        party's self mask and its pairwise masks).
+    """
+
+    bits: int = 32
+    tolerance: int = 1
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.bits <= 64:
+            raise ValueError("bits must be in [16, 64]")
+        if self.tolerance < 0:
+            raise ValueError("tolerance must be >= 0")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "SecureSumSettings":
+        """The settings of a validated run config."""
+        return cls(bits=int(config["secure-aggregation-bits"]), tolerance=int(config["secure-aggregation-tolerance"]))
+
+    def threshold(self, parties: int) -> int:
+        """Shamir's ``t`` (and the survivors a round needs) for ``parties`` participants."""
+        return parties - self.tolerance
+
+    def check_parties(self, parties: int) -> str | None:
+        """Why ``parties`` participants cannot run a secure round, or None."""
+        if parties < 2:
+            return "secure aggregation needs at least 2 parties in a round"
+        if 2 * self.tolerance >= parties:
+            return (f"secure aggregation: tolerance {self.tolerance} needs more than {2 * self.tolerance} parties in "
+                    f"a round, {parties} sampled")
+        return None
+
+    def limit(self, parties: int) -> int:
+        """The largest magnitude one party's integer entry may have, so that no sum of ``parties`` wraps."""
+        return ((1 << (self.bits - 1)) - 1) // parties
+
+    @property
+    def wire_dtype(self) -> type:
+        """uint32 up to 32 bits, else uint64."""
+        return np.uint32 if self.bits <= 32 else np.uint64
+
+    def reduce(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (any integers, or uint64 after wrapping additions) modulo ``2^bits`` as uint64."""
+        out = np.asarray(values).astype(np.uint64, copy=False)  # two's complement: int64 -> uint64 is mod 2^64
+        return out if self.bits == 64 else out & np.uint64((1 << self.bits) - 1)
+
+    def centered(self, residues: np.ndarray) -> np.ndarray:
+        """The residues modulo ``2^bits`` as int64 in ``[-2^(bits-1), 2^(bits-1))``."""
+        residues = self.reduce(residues)
+        if self.bits == 64:
+            return residues.view(np.int64)
+        signed = residues.astype(np.int64)
+        return np.where(signed >= (1 << (self.bits - 1)), signed - (1 << self.bits), signed)
+
+
+def pair_sign(me: int, other: int) -> int:
+    """+1 if ``me < other`` else -1: the pairwise masks of ``me`` and ``other`` cancel in the sum."""
+    return 1 if me < other else -1
+
+
+def mask_context(server_round: int, a: int, b: int) -> bytes:
+    """The HKDF info of the pairwise mask of ``a`` and ``b`` (the same for both) in ``server_round``."""
+    low, high = sorted((a, b))
+    return f"round {server_round} pair {low} {high}".encode()
+
+
+def self_context(server_round: int, node: int) -> bytes:
+    """The HKDF info of ``node``'s self mask in ``server_round``."""
+    return f"round {server_round} self {node}".encode()

@@ -1,0 +1,155 @@
+"""The server's side of the secure sum: it relays keys and shares and learns only the sum.
+
+:class:`SecureRound` runs the ``keys`` and ``shares`` stages for a round's sampled parties
+(Flower query messages through the strategy's Grid), gives each party the record its
+training message must carry, and, once the masked updates are in, runs ``unmask`` with the
+parties whose update arrived and removes the masks: the self masks of the alive parties (from
+``t`` shares of each seed) and the pairwise masks that the alive parties share with parties
+that dropped out after the share stage (from ``t`` shares of each dropped party's mask key).
+Fewer than ``t`` survivors at any stage stops the round with one logged line; the caller
+keeps its model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from logging import WARNING
+from typing import Iterable
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common import log
+from flwr.serverapp import Grid
+
+from flower_topics.secure_sum import crypto
+from flower_topics.secure_sum.protocol import (
+    MESSAGE_TYPE,
+    SecureSumSettings,
+    mask_context,
+    pair_sign,
+    self_context,
+)
+from flower_topics.wire.protocol import CONFIG, payload_bytes
+
+
+class SecureRoundFailed(RuntimeError):
+    """Too few parties completed a stage of the round (the message says which and how many)."""
+
+
+@dataclass
+class SecureRound:
+    """One round's secure sum over ``nodes``.
+
+    Parameters
+    ----------
+    grid : Grid
+        Flower's grid.
+    nodes : list of int
+        The round's sampled parties.
+    settings : SecureSumSettings
+        Bits and tolerance.
+    server_round : int
+        The round number (it enters every mask's derivation).
+    timeout : float
+        Seconds each stage waits for replies.
+    """
+
+    grid: Grid
+    nodes: list[int]
+    settings: SecureSumSettings
+    server_round: int
+    timeout: float
+    public_keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
+    outbox: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+    @property
+    def threshold(self) -> int:
+        """Shamir's ``t`` for the sampled parties."""
+        return self.settings.threshold(len(self.nodes))
+
+    def _exchange(self, stage: str, requests: dict[int, dict]) -> dict[int, ConfigRecord]:
+        messages = []
+        for node, extra in requests.items():
+            content = RecordDict({CONFIG: ConfigRecord({"stage": stage, "round": self.server_round, **extra})})
+            self.bytes_sent += payload_bytes(content)
+            messages.append(Message(content=content, message_type=MESSAGE_TYPE, dst_node_id=node))
+        answers = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                log(WARNING, "round %d: secure sum '%s': node %d: %s", self.server_round, stage, node,
+                    reply.error.reason.strip().splitlines()[-1] if reply.error.reason.strip() else reply.error.code)
+                continue
+            self.bytes_received += payload_bytes(reply.content)
+            answers[node] = reply.content[CONFIG]
+        return answers
+
+    def _need(self, stage: str, have: Iterable[int]) -> None:
+        count = len(list(have))
+        if count < self.threshold:
+            raise SecureRoundFailed(f"round {self.server_round}: secure sum stopped at '{stage}': {count} of "
+                                    f"{len(self.nodes)} parties answered, the threshold is {self.threshold}")
+
+    def setup(self) -> dict[int, ConfigRecord]:
+        """Stages ``keys`` and ``shares``; returns the record each remaining party's training message carries."""
+        problem = self.settings.check_parties(len(self.nodes))
+        if problem:
+            raise SecureRoundFailed(f"round {self.server_round}: {problem}")
+        request = {"participants": [str(n) for n in self.nodes], "bits": self.settings.bits,
+                   "tolerance": self.settings.tolerance}
+        keys = self._exchange("keys", {n: request for n in self.nodes})
+        self._need("keys", keys)
+        self.public_keys = {n: (bytes(r["c-pk"]), bytes(r["s-pk"])) for n, r in keys.items()}
+        order = sorted(self.public_keys)
+        listing = {"nodes": [str(n) for n in order], "c-pk": [self.public_keys[n][0] for n in order],
+                   "s-pk": [self.public_keys[n][1] for n in order]}
+        shares = self._exchange("shares", {n: listing for n in order})
+        self._need("shares", shares)
+        self.outbox = {n: {} for n in shares}
+        for src, reply in shares.items():
+            for dst, ciphertext in zip(reply["destinations"], reply["ciphertexts"]):
+                if int(dst) in self.outbox:
+                    self.outbox[int(dst)][src] = bytes(ciphertext)
+        return {dst: ConfigRecord({"round": self.server_round, "senders": [str(s) for s in inbox],
+                                   "ciphertexts": list(inbox.values())})
+                for dst, inbox in self.outbox.items()}
+
+    def unmask(self, masked: dict[int, np.ndarray]) -> np.ndarray:
+        """The sum over the parties in ``masked`` (their masked updates, by node), as centered int64.
+
+        Raises
+        ------
+        SecureRoundFailed
+            When fewer than ``t`` masked updates arrived or fewer than ``t`` parties answered ``unmask``.
+        """
+        alive = sorted(n for n in masked if n in self.outbox)
+        self._need("masked updates", alive)
+        dropped = sorted(set(self.outbox) - set(alive))
+        request = {"alive": [str(n) for n in alive], "dropped": [str(n) for n in dropped]}
+        answers = self._exchange("unmask", {n: request for n in alive})
+        self._need("unmask", answers)
+        seed_shares: dict[int, list[bytes]] = {n: [] for n in alive}
+        key_shares: dict[int, list[bytes]] = {n: [] for n in dropped}
+        for reply in answers.values():
+            for owner, seed_share, key_share in zip(reply["nodes"], reply["seed-shares"], reply["key-shares"]):
+                owner = int(owner)
+                if owner in seed_shares and seed_share:
+                    seed_shares[owner].append(bytes(seed_share))
+                elif owner in key_shares and key_share:
+                    key_shares[owner].append(bytes(key_share))
+        size = next(iter(masked.values())).size
+        total = np.zeros(size, dtype=np.uint64)
+        for node in alive:
+            total += np.asarray(masked[node]).astype(np.uint64).ravel()
+            seed = crypto.combine_shares(seed_shares[node][: self.threshold])
+            total -= crypto.mask(seed, self_context(self.server_round, node), size)
+        for node in dropped:
+            key = crypto.load_private(crypto.combine_shares(key_shares[node][: self.threshold]))
+            for peer in alive:
+                pair = crypto.mask(crypto.shared_key(key, self.public_keys[peer][1]),
+                                   mask_context(self.server_round, peer, node), size)
+                # the alive peer added pair_sign(peer, node) * pair; take it out
+                total = total - pair if pair_sign(peer, node) > 0 else total + pair
+        return self.settings.centered(total)
