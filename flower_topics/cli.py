@@ -171,8 +171,12 @@ def _vocabulary(args: argparse.Namespace) -> int:
     if 0 < args.max_words < len(words):  # a curated vocabulary (OCTIS) is read whole: keep the words in most documents
         doc_freq = np.asarray((corpus.doc_term_matrix() > 0).sum(axis=0)).ravel()
         words = tuple(words[i] for i in sorted(np.argsort(-doc_freq, kind="stable")[:args.max_words]))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(words) + "\n", encoding="utf-8")
+    from flower_topics.topic_model import _write_atomic
+
+    try:  # a temporary file renamed into place: an interrupted write never leaves half a vocabulary
+        _write_atomic(out, "\n".join(words) + "\n")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {out} ({exc.strerror}); check the path and its permissions") from None
     print(f"wrote {len(words)} words to {out}")
     return 0
 

@@ -46,6 +46,11 @@ def positive(v: Any) -> str | None:
     return None if v > 0 else "must be > 0"
 
 
+def positive_finite(v: Any) -> str | None:
+    """A check that the value is ``> 0`` and finite (a prior or a rate: ``inf`` has no meaning)."""
+    return None if 0 < v < float("inf") else "must be > 0 and finite"
+
+
 def in_range(low: float, high: float, *, low_open: bool = False, high_open: bool = False) -> Check:
     """A check that the value lies in the interval from ``low`` to ``high``."""
     text = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
@@ -62,8 +67,35 @@ def one_of(*choices: str) -> Check:
     return lambda v: None if v in choices else f"must be one of {', '.join(choices)}"
 
 
-def coerce(key: str, value: Any, option: Option) -> ConfigValue:
+#: Integers a config value may hold: what numpy's int64 holds (seeds, counts and sizes end up there).
+INT_RANGE = (-(2**63), 2**63 - 1)
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a one-line message: no line breaks, cut to about ``limit`` characters.
+
+    A hostile or broken input (a 50 MB header, a key with a newline) must not turn an error
+    line into a wall of text.
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def coerce(key: str, value: Any, option: Option, *, source: str = "run-config") -> ConfigValue:
     """``value`` as the type of ``option.default``, checked against its range.
+
+    Parameters
+    ----------
+    key : str
+        The key, for the message.
+    value : Any
+        The value as given (a string from the command line, or already typed).
+    option : Option
+        The key's declaration.
+    source : str
+        Where the key was set, for the message: ``"run-config"`` or ``"node-config"``.
 
     Raises
     ------
@@ -73,13 +105,17 @@ def coerce(key: str, value: Any, option: Option) -> ConfigValue:
     kind = type(option.default)
     try:
         typed = _as_type(value, kind)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UserInputError(
-            f"run-config '{key}' = {value!r} is not a valid {kind.__name__}; e.g. {key}={option.default!r}"
+            f"{source} '{key}' = {shown(value)} is not a valid {kind.__name__}; e.g. {key}={option.default!r}"
         ) from None
+    if kind is float and typed != typed:  # NaN: every comparison is False, so no range check can be trusted with it
+        raise UserInputError(f"{source} '{key}' = {shown(value)} is not a number; e.g. {key}={option.default!r}")
+    if kind is int and not INT_RANGE[0] <= typed <= INT_RANGE[1]:
+        raise UserInputError(f"{source} '{key}' = {shown(value)} is out of the 64-bit integer range ({option.help})")
     problem = option.check(typed) if option.check else None
     if problem:
-        raise UserInputError(f"run-config '{key}' = {value!r} {problem} ({option.help})")
+        raise UserInputError(f"{source} '{key}' = {shown(value)} {problem} ({option.help})")
     return typed
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -38,12 +37,12 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.data.partition import parse_sizes, partition_documents
 from flower_topics.data.prepare import synthetic_config
 from flower_topics.data.preprocessing import PreprocessConfig
-from flower_topics.data.readers import load_corpus
+from flower_topics.data.readers import expand_path, load_corpus, path_exists
 from flower_topics.data.splits import ensure_split
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.data.synthetic import make_synthetic_corpus
 from flower_topics.errors import UserInputError
-from flower_topics.options import Option, at_least, coerce, one_of
+from flower_topics.options import Option, at_least, coerce, one_of, shown
 
 SYNTHETIC = "synthetic"
 #: Node-config keys a party may set for its own data (``flower-supernode --node-config``).
@@ -54,17 +53,17 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "lowercase": Option(True, "lowercase raw text before tokenizing"),
     "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
     "secret-seed": Option(-1, "a secret seed for this party's privacy randomness, mixed with a nonce drawn from OS "
-                          "entropy once per run: never the same noise in two runs (-1 = OS entropy)"),
+                          "entropy once per run: never the same noise in two runs (-1 = OS entropy)", at_least(-1)),
     "min-party-df": Option(2, "union vocabulary agreement: a word leaves this party only if it is in at least this "
                            "many of its own documents (set on the party: the run config cannot lower it)",
                            at_least(1)),
-    "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)"),
+    "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)", at_least(0)),
     "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
-                          "release over it whatever the server says (0 = the run's dplda.epsilon)"),
+                          "release over it whatever the server says (0 = the run's dplda.epsilon)", at_least(0)),
     "theta-out": Option("", "a CSV path on this party: its documents' topic mixtures under the global model, written "
                         "at each federated evaluation (the last is the final model) and never sent ('' = off)"),
-    "partition-id": Option(0, "simulation: this node's share of the run config's dataset"),
-    "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into"),
+    "partition-id": Option(0, "simulation: this node's share of the run config's dataset", at_least(0)),
+    "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into", at_least(1)),
 }
 READING_KEYS = ("text-column", "label-column", "lowercase", "stopwords")
 
@@ -170,7 +169,8 @@ class NodeDocuments:
 
 def node_options(node_config: Mapping[str, Any]) -> dict[str, Any]:
     """The node config's keys of :data:`NODE_OPTIONS`, validated (other keys are left alone)."""
-    return {key: coerce(key, value, NODE_OPTIONS[key]) for key, value in node_config.items() if key in NODE_OPTIONS}
+    return {key: coerce(key, value, NODE_OPTIONS[key], source="node-config")
+            for key, value in node_config.items() if key in NODE_OPTIONS}
 
 
 def load_node_documents(node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> NodeDocuments:
@@ -194,13 +194,13 @@ def load_node_documents(node_config: Mapping[str, Any], run_config: Mapping[str,
     reading = {key: options.get(key, run_config[key]) for key in READING_KEYS}
     seed, heldout = int(run_config["seed"]), float(run_config["heldout-fraction"])
     if options.get("dataset"):
-        path = str(Path(str(options["dataset"])).expanduser())
+        path = str(expand_path(str(options["dataset"])))
         corpus, curated = _read(path, tuple(sorted(reading.items())), seed, heldout)
         return NodeDocuments(corpus, curated, f"this node's corpus {path}")
     if "partition-id" not in options or "num-partitions" not in options:
         raise UserInputError(
             "this node has no corpus: start it with flower-supernode --node-config \"dataset='/path/to/corpus.jsonl'\" "
-            "(or, in a simulation, partition-id and num-partitions)"
+            f"(or, in a simulation, partition-id and num-partitions){_misspelt(node_config)}"
         )
     partition_id, num_partitions = int(options["partition-id"]), int(options["num-partitions"])
     if not 0 <= partition_id < num_partitions:
@@ -209,6 +209,16 @@ def load_node_documents(node_config: Mapping[str, Any], run_config: Mapping[str,
             "'num-partitions' of each SuperNode"
         )
     return simulated_share(run_config, partition_id, num_partitions)
+
+
+def _misspelt(node_config: Mapping[str, Any]) -> str:
+    """``"; did you mean ..."`` for node-config keys close to a known one (``datset``), else ``""``."""
+    import difflib
+
+    guesses = [f"{shown(key, 40)} -> {close[0]!r}" for key in node_config if isinstance(key, str)
+               and key not in NODE_OPTIONS and len(key) < 100
+               and (close := difflib.get_close_matches(key, list(NODE_OPTIONS), n=1, cutoff=0.75))]
+    return f"; did you mean {', '.join(guesses[:5])}?" if guesses else ""
 
 
 def simulated_share(run_config: Mapping[str, Any], partition_id: int, num_partitions: int) -> NodeDocuments:
@@ -252,9 +262,9 @@ def _shares(items: tuple[tuple[str, Any], ...], num_partitions: int) -> tuple[tu
 def _read(path: str, reading: tuple[tuple[str, Any], ...], seed: int, heldout: float) -> tuple[Corpus, bool]:
     """A corpus file over its own words (no frequency filters), with its split (OCTIS) or a seeded one."""
     options = dict(reading)
-    if not Path(path).exists():
-        raise UserInputError(f"dataset {path!r} does not exist; pass the path of an OCTIS folder, .jsonl, .csv or "
-                             "folder of .txt files")
+    if not path_exists(path):
+        raise UserInputError(f"dataset {shown(path, 200)} does not exist; pass the path of an OCTIS folder, .jsonl, "
+                             ".csv or folder of .txt files")
     config = PreprocessConfig(lowercase=bool(options["lowercase"]),
                               stopwords=None if options["stopwords"] == "none" else str(options["stopwords"]),
                               min_df=1, max_df=1.0, max_vocab=None, min_doc_length=1)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
@@ -18,11 +17,12 @@ import numpy as np
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.partition import parse_sizes, partition_documents
 from flower_topics.data.preprocessing import PreprocessConfig
-from flower_topics.data.readers import load_corpus
+from flower_topics.data.readers import expand_path, load_corpus, path_exists
 from flower_topics.data.splits import ensure_split, training_corpus
 from flower_topics.data.synthetic import SyntheticConfig, SyntheticCorpus, make_synthetic_corpus
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.errors import UserInputError
+from flower_topics.options import shown
 
 SYNTHETIC = "synthetic"
 
@@ -102,10 +102,10 @@ def _load_cached(items: tuple[tuple[str, object], ...]) -> RunData:
     if dataset == SYNTHETIC:
         synthetic = make_synthetic_corpus(synthetic_config(config), seed=seed)
         return RunData(corpus=ensure_split(synthetic.corpus, seed=seed), synthetic=synthetic)
-    path = Path(resolve_dataset(dataset)).expanduser()
-    if not path.exists():
+    path = expand_path(resolve_dataset(dataset))
+    if not path_exists(path):
         raise UserInputError(
-            f"dataset {dataset!r} does not exist; pass dataset='embedded', 'synthetic' or the path of an OCTIS folder, "
+            f"dataset {shown(dataset, 200)} does not exist; pass dataset='embedded', 'synthetic' or the path of an OCTIS folder, "
             ".jsonl, .csv or folder of .txt files"
         )
     corpus = load_corpus(

@@ -7,6 +7,7 @@ preprocessed and are used as they are; raw text goes through :func:`preprocess`.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import numpy as np
 from flower_topics.data.corpus import SPLITS, Corpus
 from flower_topics.data.preprocessing import PreprocessConfig, preprocess
 from flower_topics.errors import UserInputError
+from flower_topics.options import shown
 
 logger = logging.getLogger("flower_topics")
 
@@ -72,9 +74,9 @@ def load_corpus(
         If the path does not exist, its format is unknown, or its content is malformed
         or empty.
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise UserInputError(f"corpus path {str(path)!r} does not exist; pass {FORMATS_HINT}")
+    path = expand_path(path)
+    if not path_exists(path):
+        raise UserInputError(f"corpus path {shown(str(path), 200)} does not exist; pass {FORMATS_HINT}")
     if path.is_file() and path.name == OCTIS_CORPUS:
         path = path.parent
     if path.is_dir() and (path / OCTIS_CORPUS).is_file():
@@ -88,12 +90,30 @@ def load_corpus(
         texts, labels = read_csv(path, text_column=text_column, label_column=label_column)
     else:
         raise UserInputError(f"corpus {str(path)!r} has an unknown format; pass {FORMATS_HINT}")
-    corpus, report = preprocess(texts, config, labels=labels)
+    try:
+        corpus, report = preprocess(texts, config, labels=labels)
+    except UserInputError as exc:  # say which file: "no documents after preprocessing" alone names none
+        raise UserInputError(f"corpus {path}: {exc}") from None
     logger.info(
         "loaded %s: %d documents, %d words, %d tokens",
         path, corpus.n_docs, report.vocabulary_size, report.n_tokens,
     )
     return corpus
+
+
+def expand_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded where that user exists (``Path.expanduser``
+    raises RuntimeError for an unknown user; then the path is kept as written)."""
+    return Path(os.path.expanduser(os.fspath(path)))
+
+
+def path_exists(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names an existing file or folder; False, not an exception, for a path the system
+    cannot even look up (a name too long, a NUL character, a loop of links)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def read_octis(folder: str | os.PathLike[str]) -> Corpus:
@@ -141,7 +161,8 @@ def read_octis(folder: str | os.PathLike[str]) -> Corpus:
     if len(word_index) != len(vocabulary):
         duplicates = sorted(w for w, count in Counter(vocabulary).items() if count > 1)[:5]
         raise UserInputError(
-            f"{vocabulary_path} lists some words more than once ({', '.join(duplicates)}); remove the duplicates"
+            f"{vocabulary_path} lists some words more than once ({', '.join(map(shown, duplicates))}); "
+            "remove the duplicates"
         )
 
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
@@ -167,7 +188,7 @@ def read_octis(folder: str | os.PathLike[str]) -> Corpus:
         bad = np.flatnonzero(~np.isin(split, SPLITS))
         if bad.size:
             raise UserInputError(
-                f"{corpus_path} line {bad[0] + 1} has partition {split[bad[0]]!r}; use one of {', '.join(SPLITS)}"
+                f"{corpus_path} line {bad[0] + 1} has partition {shown(split[bad[0]])}; use one of {', '.join(SPLITS)}"
             )
         split = split[keep_doc]
     if n_columns == 3:
@@ -206,6 +227,12 @@ def read_jsonl(
             raise UserInputError(
                 f"{path} line {number} is not valid JSON ({exc.msg}); write one JSON object per line"
             ) from None
+        except RecursionError:  # "[[[[..." deeper than the interpreter's stack
+            raise UserInputError(f"{path} line {number} nests JSON too deeply; write one flat JSON object per line"
+                                 ) from None
+        except ValueError as exc:  # a number too long to convert (Python's 4300-digit limit)
+            raise UserInputError(f"{path} line {number} is not usable JSON ({shown(str(exc))}); write one JSON "
+                                 "object per line") from None
         if not isinstance(record, dict):
             raise UserInputError(
                 f"{path} line {number} is a JSON {type(record).__name__}, not an object; write one object per line"
@@ -217,12 +244,13 @@ def read_jsonl(
     for number, record in records:
         if text_column not in record:
             raise UserInputError(
-                f"{path} line {number} has no {text_column!r} field (fields: {', '.join(map(str, record))}); "
+                f"{path} line {number} has no {text_column!r} field (fields: {_names(record)}); "
                 "set text-column to the field holding the text"
             )
         text = record[text_column]
         if not isinstance(text, str):
             raise UserInputError(f"{path} line {number}: {text_column!r} is {type(text).__name__}, not text")
+        _check_encodable(path, number, text_column, text)
         texts.append(text)
     has_label = [record.get(label_column) is not None for _, record in records]
     if not any(has_label):
@@ -233,7 +261,10 @@ def read_jsonl(
             f"{path} line {number} has no {label_column!r} but other lines do; give every line a label "
             "or set label-column to a field no line has"
         )
-    return texts, [str(record[label_column]) for _, record in records]
+    labels = [str(record[label_column]) for _, record in records]
+    for (number, _), label in zip(records, labels):
+        _check_encodable(path, number, label_column, label)
+    return texts, labels
 
 
 def read_csv(
@@ -257,27 +288,29 @@ def read_csv(
     path = Path(path)
     limit = csv.field_size_limit()
     csv.field_size_limit(max(limit, 2**31 - 1))  # long documents are normal; the default stops at 128 KiB
+    text = _read_text(path, newline="")  # the whole file decoded first: a decoding error names its true byte
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            rows = list(csv.reader(fh, strict=True))
+        rows = list(reader)
     except csv.Error as exc:
         raise UserInputError(
-            f"{path} is not valid CSV ({exc}); quote fields that hold commas, quotes or newlines"
+            f"{path} is not valid CSV (line {reader.line_num}: {exc}); quote fields that hold commas, quotes or "
+            "newlines, and double the quotes inside a quoted field"
         ) from None
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(path, exc) from None
-    except OSError as exc:
-        raise _unreadable(path, exc) from None
     finally:
         csv.field_size_limit(limit)
+    del text
     if not rows:
         raise UserInputError(
             f"{path} is empty; it needs a header row naming a {text_column!r} column, then one row per document"
         )
     header = [name.strip() for name in rows[0]]
+    if not any(header):
+        raise UserInputError(f"{path} line 1 is an empty header row; it must name the columns, one of them "
+                             f"{text_column!r}")
     if text_column not in header:
         raise UserInputError(
-            f"{path} has no {text_column!r} column (columns: {', '.join(header)}); "
+            f"{path} has no {text_column!r} column (columns: {_names(header)}); "
             "set text-column to the column holding the text"
         )
     body = []
@@ -328,14 +361,23 @@ def read_text_folder(folder: str | os.PathLike[str]) -> tuple[list[str], list[st
     return texts, None if all(at_top) else parents
 
 
-def _read_text(path: Path) -> str:
-    """The UTF-8 content of ``path``, a UserInputError if it cannot be read."""
+def _read_text(path: Path, newline: str | None = None) -> str:
+    """The UTF-8 content of ``path`` (a UTF-8 byte-order mark dropped), a UserInputError if it cannot be
+    read, is not UTF-8, or holds a NUL character (binary data, or UTF-16 text without a byte-order mark,
+    both of which decode as UTF-8 without an error)."""
     try:
-        return path.read_text(encoding="utf-8-sig")
+        with open(path, encoding="utf-8-sig", newline=newline) as fh:
+            text = fh.read()
     except UnicodeDecodeError as exc:
         raise _not_utf8(path, exc) from None
     except OSError as exc:
         raise _unreadable(path, exc) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise UserInputError(f"{path} line {line} holds a NUL character: it is binary data or UTF-16, not UTF-8 text; "
+                             "convert it to UTF-8")
+    return text
 
 
 def _lines(text: str) -> list[str]:
@@ -347,8 +389,28 @@ def _lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def _names(names: object) -> str:
+    """Field or column names for a one-line message: each clipped, at most 20 of them."""
+    names = list(names)  # type: ignore[call-overload]
+    text = ", ".join(n if n.isprintable() and 0 < len(n) <= 40 else shown(n, 40) for n in map(str, names[:20]))
+    return text + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+
+
+def _check_encodable(path: Path, number: int, field: str, text: str) -> None:
+    """A UserInputError if ``text`` holds a lone surrogate (a JSON ``\\ud800`` escape): no file can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserInputError(f"{path} line {number}: {shown(field, 40)} holds an unpaired UTF-16 surrogate escape "
+                             f"(\\u{ord(text[exc.start]):04x}); it is not text") from None
+
+
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> UserInputError:
-    return UserInputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it to UTF-8")
+    data = exc.object if isinstance(exc.object, (bytes, bytearray)) else b""
+    hint = "it looks like UTF-16; " if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+    line = data.count(b"\n", 0, exc.start) + 1
+    return UserInputError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}, line {line}); {hint}"
+                          "convert it to UTF-8")
 
 
 def _unreadable(path: Path, exc: OSError) -> UserInputError:
