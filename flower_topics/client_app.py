@@ -37,7 +37,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from flower_topics import evaluation
+from flower_topics import evaluation, secure_sum
 from flower_topics.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
@@ -182,6 +182,11 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     if SPENT_STATE in context.state.config_records:  # what this party's own vocabulary release spent
         spent = context.state[SPENT_STATE]
         party.update({"party.spent-epsilon": float(spent["epsilon"]), "party.spent-delta": float(spent["delta"])})
+    secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
+    if secure is not None:  # the party's share of the noise and the range, from its own secure-sum state
+        from flower_topics.secure_sum import party as secure_party
+
+        party.update(secure_party.round_facts(context.state, int(secure["round"])))
     settings = ConfigRecord({**dict(msg.content[CONFIG]), **party})
     corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
     step = spec.local_step()
@@ -189,6 +194,11 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     state = load_state(context, state_name, step.state())
     seed = party_seed(context, config, private=spec.private)
     arrays, metrics = step.run(msg.content[ARRAYS], settings, corpus, state, seed)
+    if secure is not None:
+        order = spec.reply_spec(settings, corpus.n_words).arrays
+        vector = np.concatenate([np.asarray(arrays[key]).ravel() for key in order])
+        arrays = {secure_sum.MASKED_KEY: secure_party.mask_update(context.state, context.node_id, secure, vector)}
+        metrics = {}
     save_state(context, state_name, state)
     content = RecordDict({
         UPDATE: ArrayRecord({key: Array(value) for key, value in arrays.items()}),
@@ -196,6 +206,14 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
         SENDER: ConfigRecord({"method": spec.name}),
     })
     return Message(content=content, reply_to=msg)
+
+
+def secure_sum_stage(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """A stage of the secure sum (:mod:`flower_topics.secure_sum.party`): keys, shares or unmask."""
+    from flower_topics.secure_sum import party as secure_party
+
+    answer = secure_party.answer(context.state, context.node_id, msg.content[CONFIG])
+    return Message(content=RecordDict({CONFIG: ConfigRecord(answer)}), reply_to=msg)
 
 
 def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
@@ -281,6 +299,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     for spec in METHODS.values():
         client.train(spec.name)(handler(spec.name, functools.partial(local_round, spec)))
     client.query("candidates")(handler("vocabulary agreement", send_candidates))
+    client.query("secure_sum")(handler("secure sum", secure_sum_stage))
     client.query("vocabulary")(handler("vocabulary agreement", accept_vocabulary))
     client.evaluate()(handler("evaluation", score_model_keeping_theta))
     return client

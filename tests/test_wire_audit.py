@@ -190,3 +190,29 @@ def test_the_audit_fails_on_a_party_that_answers_counts_of_other_words(tmp_path)
     audit.check(sizes)  # keys, dtypes and shapes are all as documented
     with pytest.raises(AuditError, match="not the top words of the model it was sent"):
         audit.check(sizes, _documents)
+
+
+def test_under_secure_aggregation_a_party_sends_only_keys_ciphertexts_shares_and_masked_sums(tmp_path):
+    audit, sizes = _run(tmp_path, "dplda", **{"secure-aggregation": True, "secure-aggregation-tolerance": 0})
+    seen = audit.check(sizes, _documents)
+    assert seen == {"query.vocabulary": 2, "train.dplda": 6, "query.secure_sum": 18}
+    for request, reply, _ in audit.sent:
+        if request.metadata.message_type == "train.dplda":
+            (masked,) = reply.content["update"].values()
+            assert masked.numpy().dtype == np.uint32 and dict(reply.content["metrics"]) == {}
+
+
+def test_the_audit_fails_on_a_party_that_reveals_both_shares_of_a_peer(tmp_path):
+    def both(app):
+        def client(msg, context):
+            reply = app(msg, context)
+            if msg.metadata.message_type == "query.secure_sum" and str(msg.content["config"]["stage"]) == "unmask":
+                record = reply.content["config"]
+                record["key-shares"] = [s or b"x" for s in record["key-shares"]]
+            return reply
+        return client
+
+    audit, sizes = _run(tmp_path, "dplda", client=both,
+                        **{"secure-aggregation": True, "secure-aggregation-tolerance": 0})
+    with pytest.raises(AuditError, match="wrong shares"):
+        audit.check(sizes)

@@ -7,7 +7,12 @@ What may leave a party, by message type (README, "What leaves a party"):
   counts that pass its differentially private threshold (``private``);
 - ``query.vocabulary``: one flag, ``node-corpus`` (1: the party reads its own file, 0: a
   simulated share of the run config's dataset), so the run records which corpus it trained on;
-- ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``);
+- ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``); under
+  secure aggregation, one masked integer vector of the protocol's arrays and nothing else;
+- ``query.secure_sum``: stage ``keys``, two P-384 public keys; ``shares``, one Fernet
+  ciphertext per other participant (all of one length) addressed to the participants it was
+  sent; ``unmask``, per party of the request, a share of its self-mask seed if it is alive or
+  of its mask key if it dropped out, never both (:mod:`flower_topics.secure_sum`);
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
   (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
@@ -33,6 +38,9 @@ from flower_topics import evaluation
 from flower_topics.methods import METHODS
 from flower_topics.metrics.coherence import coherence_word_ids
 from flower_topics.metrics.federated import cooccurrence
+from flower_topics.secure_sum.protocol import MESSAGE_TYPE as SECURE_SUM
+from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
+from flower_topics.strategies.base import masked_spec
 from flower_topics.wire import agreement
 from flower_topics.wire.protocol import CONFIG, METRICS, ReplyError, ReplySpec, validate_reply
 
@@ -78,6 +86,9 @@ class Audit:
             seen[kind] = seen.get(kind, 0) + 1
             if reply.has_error():
                 continue
+            if kind == SECURE_SUM:
+                _secure_sum_reply(request, reply, context.node_id)
+                continue
             spec, free_axes = _spec(request)
             try:
                 if spec is None:
@@ -109,8 +120,34 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
     else:
         method = METHODS[kind.split(".", 1)[1]]
         spec = method.reply_spec(config, int(str(config["vocabulary"]).split(":")[0]))
+        if ROUND_RECORD in request.content.config_records:
+            return masked_spec(spec, SecureSumSettings(bits=int(request.content[ROUND_RECORD]["bits"]))), set()
     free = {(key, axis) for key, array in spec.arrays.items() for axis, n in enumerate(array.shape) if n is None}
     return spec, free - set(DOCUMENTED_FREE_AXES)
+
+
+def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
+    """A secure-sum stage's reply carries exactly what :mod:`flower_topics.secure_sum.party` documents."""
+    stage = str(request.content[CONFIG]["stage"])
+    expected = {"keys": {"c-pk", "s-pk"}, "shares": {"destinations", "ciphertexts"},
+                "unmask": {"nodes", "seed-shares", "key-shares"}}[stage]
+    if set(reply.content.keys()) != {CONFIG} or set(reply.content[CONFIG].keys()) != expected:
+        raise AuditError(f"secure sum '{stage}' reply of node {node_id}: "
+                         f"{ {k: sorted(v.keys()) for k, v in reply.content.items()} }")
+    answer, asked = reply.content[CONFIG], request.content[CONFIG]
+    if stage == "keys" and not all(isinstance(answer[k], bytes) and len(answer[k]) == 120 for k in expected):
+        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not two DER P-384 public keys")
+    if stage == "shares":
+        peers = set(asked["nodes"]) - {str(node_id)}
+        lengths = {len(c) for c in answer["ciphertexts"]}
+        if set(answer["destinations"]) != peers or len(answer["ciphertexts"]) != len(peers) or len(lengths) > 1:
+            raise AuditError(f"secure sum 'shares' reply of node {node_id}: not one equal-length ciphertext per peer")
+    if stage == "unmask":
+        alive, dropped = set(asked["alive"]), set(asked["dropped"])
+        for owner, seed_share, key_share in zip(answer["nodes"], answer["seed-shares"], answer["key-shares"]):
+            if owner not in alive | dropped or (owner in alive and key_share) or (owner in dropped and seed_share) \
+                    or not (seed_share or key_share):
+                raise AuditError(f"secure sum 'unmask' reply of node {node_id}: wrong shares for node {owner}")
 
 
 def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:

@@ -11,6 +11,12 @@ Each round the party (Park et al. 2016, Algorithm 1, the steps inside one iterat
 4. adds ``N(0, (sigma C)^2)`` to every one of the ``K x V`` cells, with its secret randomness,
    and sends that one matrix.
 
+Under secure aggregation (``secure-aggregation=true``) step 3 also scales each document's
+statistic by ``quantum`` and rounds it to integers (:func:`flower_topics.models.svi.e_step`),
+and step 4 adds the party's share of Skellam noise, ``Sk((sigma C quantum)^2 / (n - T))``
+per cell (:mod:`flower_topics.privacy.skellam`), with ``n`` and ``T`` from the party's own
+secure-sum state; the secure sum masks the integers before they leave (the ClientApp).
+
 Nothing else leaves the party: not the number of documents sampled or held, not theta, not a
 metric. The randomness of steps 1 and 4 is drawn fresh for every release from the party's
 secret seed (OS entropy, or its ``secret-seed`` mixed with a per-run nonce) and its own
@@ -36,6 +42,9 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy.accountant import releases_epsilon
+from flower_topics.privacy.skellam import rounds_epsilon as skellam_epsilon
+from flower_topics.privacy.skellam import skellam_noise
+from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire import dplda as wire
 
 #: Settings keys the ClientApp adds for this party (from its node config and its own agreement release).
@@ -95,6 +104,39 @@ def release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings, rng: 
     return statistic + rng.normal(0.0, settings.noise_multiplier * settings.clip, size=statistic.shape)
 
 
+def secure_release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings, rng: np.random.Generator,
+                   noise_share: float) -> np.ndarray:
+    """One integer statistic for the secure sum: Poisson sample, E-step, clipping, integer rounding, Skellam share.
+
+    Returns
+    -------
+    np.ndarray
+        ``K x V`` int64: the sum of the sampled documents' rounded statistics (each of L2
+        norm at most ``C x quantum``) plus ``Sk(noise_share (sigma C quantum)^2)`` per cell.
+    """
+    included = np.flatnonzero(rng.random(corpus.n_docs) < settings.sample_rate)
+    counts = svi.document_counts(corpus.subset(included))
+    statistic = svi.e_step(lam, counts, alpha=settings.alpha, clip=settings.clip,
+                           max_iter=settings.e_step_iterations, quantum=settings.quantum, rng=rng).statistic
+    variance = noise_share * (settings.noise_multiplier * settings.sensitivity_units) ** 2
+    return np.rint(statistic).astype(np.int64) + skellam_noise(statistic.shape, variance, rng)
+
+
+def secure_headroom(settings: wire.DPLDASettings, n_docs: int, noise_share: float, limit: int) -> str | None:
+    """Why this party's update could wrap the secure sum, or None.
+
+    A cell of its update is at most ``C x quantum`` per document it holds plus its noise,
+    which exceeds 40 standard deviations (plus 100) with probability below ``2^-60``.
+    """
+    noise_sd = np.sqrt(noise_share) * settings.noise_multiplier * settings.sensitivity_units
+    largest = settings.sensitivity_units * n_docs + 40 * noise_sd + 100
+    if largest <= limit:
+        return None
+    return (f"secure sum: with {n_docs} training documents an entry of this party's update could reach "
+            f"{largest:.3g}, over {limit}, what this round's parties can add without wrapping; use a larger "
+            f"secure-aggregation-bits or a smaller dplda.quantum")
+
+
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: DPLDAClientState,
                seed: int) -> Update:
     """One round of ``dplda``: the noisy statistic of this party's Poisson sample, nothing else."""
@@ -111,11 +153,26 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     if before_delta >= settings.delta:
         raise UserInputError(f"the vocabulary release spent delta {before_delta:g}, the run's target is "
                              f"{settings.delta:g}")
-    spent = before_eps + releases_epsilon(releases, settings.delta - before_delta)
+    if settings.secure and NOISE_SHARE not in config:
+        raise UserInputError("dplda with secure aggregation: the training message carries no secure-sum round "
+                             "(this party will not send an unmasked statistic with a share of the noise)")
+    if settings.secure:  # one run has one (sigma, q): its releases are self-composed Skellam events
+        spent = before_eps + skellam_epsilon(settings.noise_multiplier, settings.sample_rate, len(releases),
+                                             settings.delta - before_delta, settings.sensitivity_units)
+    else:
+        spent = before_eps + releases_epsilon(releases, settings.delta - before_delta)
     if spent > cap * (1.0 + 1e-9):
         raise UserInputError(f"this release would take the party to eps {spent:.4g} per document, over its cap "
                              f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases)]))
+    if settings.secure:
+        share, limit = float(config[NOISE_SHARE]), int(config[ENTRY_LIMIT])
+        problem = secure_headroom(settings, corpus.n_docs, share, limit)
+        if problem:
+            raise UserInputError(problem)
+        statistic = secure_release(corpus, lam, settings, rng, share)
+        state.releases = releases
+        return {wire.STATISTIC_KEY: statistic}, {}
     noisy = release(corpus, lam, settings, rng)
     state.releases = releases
     return {wire.STATISTIC_KEY: noisy.astype(np.float32)}, {}

@@ -81,7 +81,8 @@ class ExpectedStatistics:
 
 
 def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float | None,
-           max_iter: int = 100, tol: float = 1e-3) -> ExpectedStatistics:
+           max_iter: int = 100, tol: float = 1e-3, quantum: float | None = None,
+           rng: np.random.Generator | None = None) -> ExpectedStatistics:
     """The local E-step of online LDA for a batch of documents, with per-document clipping.
 
     Parameters
@@ -100,6 +101,15 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     tol : float, default 1e-3
         A document stops when the mean absolute change of its ``gamma`` falls below it (each
         document on its own, so that its statistic depends on no other document).
+    quantum : float, optional
+        Integer encoding for secure aggregation: each document's clipped statistic is scaled
+        by ``quantum`` and every cell rounded down or up at random (up with probability its
+        fractional part, so unbiased); a document whose rounded statistic would exceed
+        ``C x quantum`` in L2 norm is rounded down instead (the norm of a non-negative vector
+        cannot grow under rounding down). The statistic is then a sum of integer vectors of
+        norm at most ``C x quantum``.
+    rng : np.random.Generator, optional
+        The randomness of the rounding (needed with ``quantum``; the party's secret randomness).
 
     Returns
     -------
@@ -126,6 +136,15 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     if clip is not None:
         scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
         entries *= scale[rows][:, None]
+    if quantum is not None:
+        if rng is None:
+            raise ValueError("the integer encoding needs the party's randomness (rng)")
+        scaled = entries * quantum
+        entries = np.floor(scaled)
+        rounded = entries + (rng.random(scaled.shape) < scaled - entries)
+        keep = np.ones(n_docs, dtype=bool) if clip is None else np.sqrt(np.bincount(
+            rows, weights=np.einsum("nk,nk->n", rounded, rounded), minlength=n_docs)) <= clip * quantum
+        entries = np.where(keep[rows][:, None], rounded, entries)
     spread = sp.csr_matrix((np.ones(rows.size), (counts.indices, np.arange(rows.size))),
                            shape=(counts.shape[1], rows.size))
     statistic = np.ascontiguousarray((spread @ entries).T)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 
@@ -99,7 +100,9 @@ def rounds_epsilon(noise_multiplier: float, sample_rate: float, rounds: int, del
     release = _Skellam()
     if sample_rate < 1:
         release = AmplificationBySampling(PoissonSampling=True)(release, sample_rate, improved_bound_flag=True)
-    return float(Composition()([release], [int(rounds)]).get_approxDP(delta))
+    with warnings.catch_warnings():  # autodp's scalar search divides 0 by 0 on flat stretches and recovers
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(Composition()([release], [int(rounds)]).get_approxDP(delta))
 
 
 @functools.lru_cache(maxsize=256)

@@ -175,3 +175,22 @@ def answer(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[
     if stage not in stages:
         raise UserInputError(f"secure sum: unknown stage {stage!r}")
     return stages[stage](state, node_id, request)
+
+
+#: Settings keys a party adds to its training settings in a secure round (from its own secure-sum state).
+NOISE_SHARE = "secure-sum.noise-share"
+ENTRY_LIMIT = "secure-sum.entry-limit"
+
+
+def round_facts(state: RecordDict, server_round: int) -> dict[str, float | int]:
+    """What this party's local step needs to know of the round, from the facts it checked itself.
+
+    ``noise-share``: the share of the central noise it adds, ``1 / (n - T)`` for the ``n``
+    participants and the tolerance ``T`` of its own ``keys`` stage, so that any ``n - T``
+    shares carry the whole noise. ``entry-limit``: the largest magnitude an entry of its
+    update may have so that the sum cannot wrap modulo ``2^bits``.
+    """
+    record = _state(state, server_round)
+    settings = SecureSumSettings(bits=int(record["bits"]), tolerance=int(record["tolerance"]))
+    parties = len(_ids(record["participants"]))
+    return {NOISE_SHARE: 1.0 / settings.threshold(parties), ENTRY_LIMIT: settings.limit(parties)}

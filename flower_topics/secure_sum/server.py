@@ -112,7 +112,8 @@ class SecureRound:
             for dst, ciphertext in zip(reply["destinations"], reply["ciphertexts"]):
                 if int(dst) in self.outbox:
                     self.outbox[int(dst)][src] = bytes(ciphertext)
-        return {dst: ConfigRecord({"round": self.server_round, "senders": [str(s) for s in inbox],
+        return {dst: ConfigRecord({"round": self.server_round, "bits": self.settings.bits,
+                                   "senders": [str(s) for s in inbox],
                                    "ciphertexts": list(inbox.values())})
                 for dst, inbox in self.outbox.items()}
 

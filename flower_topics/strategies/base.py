@@ -21,6 +21,12 @@ can run the strategy, and does the rest of a round:
 5. when at least ``min_replies`` replies are valid, aggregate them and record each
    node's last applied round; otherwise keep the previous global model and say so;
 6. count bytes and participants.
+
+With secure aggregation (``secure`` set, for the methods whose replies are sums), step 2 is
+preceded by the secure sum's key and share stages, every reply carries only its masked
+integer update, and step 5 unmasks their sum (:mod:`flower_topics.secure_sum`): the method's
+:meth:`aggregate` receives one :class:`Reply` from node 0, the sum over ``parties`` parties,
+decoded by :meth:`decode_sum`.
 """
 
 from __future__ import annotations
@@ -43,10 +49,13 @@ from flower_topics import evaluation
 from flower_topics.errors import UserInputError
 from flower_topics.evaluation import EvaluationSettings
 from flower_topics.privacy.report import PrivacyReport
+from flower_topics.secure_sum.protocol import MASKED_KEY, ROUND_RECORD, SecureSumSettings
+from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
 from flower_topics.wire.protocol import (
     ARRAYS,
     BAD_INPUT,
     CONFIG,
+    ArraySpec,
     ReplyError,
     ReplySpec,
     message_type,
@@ -54,6 +63,14 @@ from flower_topics.wire.protocol import (
     validate_reply,
     vocabulary_fingerprint,
 )
+
+def masked_spec(spec: ReplySpec, secure: SecureSumSettings) -> ReplySpec:
+    """What a reply is under secure aggregation: one masked integer vector of all of ``spec``'s arrays, no metrics."""
+    size = sum(int(np.prod(a.shape)) for a in spec.arrays.values())
+    return ReplySpec(spec.method, {MASKED_KEY: ArraySpec("integer", (size,), 0, 2.0 ** secure.bits,
+                                                         what="masked update modulo 2^bits")},
+                     metrics=(), max_bytes=8 * size + (1 << 16))
+
 
 #: Part of the error of a ClientApp that has no handler for the message type.
 NO_HANDLER = "function registered with name"
@@ -96,11 +113,14 @@ class Reply:
         The update's arrays, by key.
     metrics : dict
         The reply's metrics, by key.
+    parties : int (default: 1)
+        How many parties' updates it is: 1, or the survivors of a secure sum (node id 0).
     """
 
     node_id: int
     arrays: dict[str, np.ndarray]
     metrics: dict[str, float]
+    parties: int = 1
 
 
 @dataclass
@@ -158,13 +178,19 @@ class TopicStrategy(Strategy):
         Federated evaluation (:mod:`flower_topics.evaluation`): every ``every`` rounds the
         nodes score the model on their own documents and the strategy sums the scores
         into :attr:`evaluations`. None: no client-side evaluation.
+    secure : SecureSumSettings, optional
+        Secure aggregation (:mod:`flower_topics.secure_sum`): the server learns only each
+        round's sum. Only for a strategy whose :meth:`aggregate` needs no more than the sum.
+    round_timeout : float (default: 600)
+        Seconds each stage of the secure sum waits for replies.
     """
 
     #: The registered method this strategy runs (the ``train.<method>`` message type).
     method: ClassVar[str]
 
     def __init__(self, vocabulary: Sequence[str], *, fraction_train: float = 1.0, min_nodes: int = 1,
-                 min_replies: float = 1, seed: int = 0, evaluation: EvaluationSettings | None = None) -> None:
+                 min_replies: float = 1, seed: int = 0, evaluation: EvaluationSettings | None = None,
+                 secure: SecureSumSettings | None = None, round_timeout: float = 600.0) -> None:
         if len(vocabulary) < 1:
             raise ValueError("the vocabulary is empty")
         if not 0.0 < fraction_train <= 1.0:
@@ -181,6 +207,9 @@ class TopicStrategy(Strategy):
         self.min_replies = min_replies
         self.seed = seed
         self.evaluation = evaluation
+        self.secure = secure
+        self.round_timeout = round_timeout
+        self.secure_rounds: dict[int, SecureRound] = {}
         self.evaluations: dict[int, dict[str, float | int]] = {}
         self.method_metrics: dict[int, dict[str, float]] = {}
         self.traffic: dict[int, RoundTraffic] = {}
@@ -195,7 +224,9 @@ class TopicStrategy(Strategy):
         """The base's keyword arguments from a validated run config."""
         return dict(fraction_train=float(config["fraction-train"]), min_nodes=int(config["min-nodes"]),
                     min_replies=float(config["min-replies"]), seed=int(config["seed"]),
-                    evaluation=EvaluationSettings.from_config(config))
+                    evaluation=EvaluationSettings.from_config(config),
+                    secure=SecureSumSettings.from_config(config) if bool(config["secure-aggregation"]) else None,
+                    round_timeout=float(config["round-timeout"]))
 
     # ------------------------------------------------------------ hooks
     @abstractmethod
@@ -226,6 +257,10 @@ class TopicStrategy(Strategy):
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         """Checks that need the global model (raise :class:`ReplyError`); none by default."""
+
+    def decode_sum(self, server_round: int, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The method's arrays from the integer sums a secure round unmasked (as they are, by default)."""
+        return arrays
 
     def privacy_report(self) -> PrivacyReport:
         """Privacy spent so far (none by default: the update is sent as it is)."""
@@ -271,16 +306,35 @@ class TopicStrategy(Strategy):
         settings = {**dict(config), **self.settings(), "server-round": server_round,
                     "vocabulary": self.fingerprint}
         messages = []
-        for node_id in self.sample_nodes(grid, server_round):
+        nodes = self.sample_nodes(grid, server_round)
+        extra = {node_id: {} for node_id in nodes}
+        if self.secure is not None:
+            extra = self._secure_setup(server_round, nodes, grid)
+        for node_id in extra:
             content = RecordDict({
                 ARRAYS: self.node_arrays(server_round, node_id, arrays),
                 CONFIG: ConfigRecord({**settings, "last-applied-round": self.last_applied.get(node_id, 0)}),
+                **extra[node_id],
             })
             traffic.bytes_sent += payload_bytes(content)
             messages.append(Message(content=content, message_type=message_type(self.method), dst_node_id=node_id))
-        traffic.nodes_sampled = len(messages)
+        traffic.nodes_sampled = max(len(messages), len(nodes) if self.secure is not None else 0)
         log(INFO, "configure_train: round %d sent to %d node(s)", server_round, len(messages))
         return messages
+
+    def _secure_setup(self, server_round: int, nodes: list[int], grid: Grid) -> dict[int, dict[str, ConfigRecord]]:
+        """The secure sum's key and share stages; the round record each remaining node's message carries."""
+        secure = SecureRound(grid, nodes, self.secure, server_round, self.round_timeout)
+        self.secure_rounds = {server_round: secure}  # only the current round's keys and ciphertexts are kept
+        try:
+            records = secure.setup()
+        except SecureRoundFailed as exc:
+            log(WARNING, "%s; no training message is sent this round", exc)
+            records = {}
+        finally:
+            self.traffic[server_round].bytes_sent += secure.bytes_sent
+            self.traffic[server_round].bytes_received += secure.bytes_received
+        return {node_id: {ROUND_RECORD: record} for node_id, record in records.items()}
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -294,6 +348,8 @@ class TopicStrategy(Strategy):
             raise RuntimeError("aggregate_train called before configure_train")
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         spec = self.reply_spec()
+        if self.secure is not None:
+            spec = masked_spec(spec, self.secure)
         valid = []
         for msg in replies:
             node_id = msg.metadata.src_node_id
@@ -316,15 +372,43 @@ class TopicStrategy(Strategy):
             log(WARNING, "round %d: %d valid repl%s, %d needed (min-replies): the global model stays as it was",
                 server_round, len(valid), "y" if len(valid) == 1 else "ies", needed)
             return None, self.traffic_metrics(server_round)
+        applied = [reply.node_id for reply in valid]
+        if self.secure is not None:
+            valid = self._unmask(server_round, valid)
+            if not valid:
+                traffic.model_held = True
+                return None, self.traffic_metrics(server_round)
         new_arrays, method_metrics = self.aggregate(server_round, self._current, valid)
-        for reply in valid:
-            self.last_applied[reply.node_id] = server_round
-        traffic.replies_applied = len(valid)
+        for node_id in applied:
+            self.last_applied[node_id] = server_round
+        traffic.replies_applied = len(applied)
         self.method_metrics[server_round] = dict(method_metrics)
         metrics = self.traffic_metrics(server_round)
         for key, value in method_metrics.items():
             metrics[key] = value
         return new_arrays, metrics
+
+    def _unmask(self, server_round: int, masked: list[Reply]) -> list[Reply]:
+        """The round's sum as one reply (node 0), or [] when the secure sum could not finish (logged)."""
+        secure = self.secure_rounds.pop(server_round, None)
+        if secure is None:
+            return []
+        traffic = self.traffic[server_round]
+        sent, received = secure.bytes_sent, secure.bytes_received
+        try:
+            total = secure.unmask({reply.node_id: reply.arrays[MASKED_KEY] for reply in masked})
+        except SecureRoundFailed as exc:
+            log(WARNING, "%s: the global model stays as it was", exc)
+            return []
+        finally:
+            traffic.bytes_sent += secure.bytes_sent - sent
+            traffic.bytes_received += secure.bytes_received - received
+        arrays, start = {}, 0
+        for key, array_spec in self.reply_spec().arrays.items():
+            size = int(np.prod(array_spec.shape))
+            arrays[key] = total[start:start + size].reshape(array_spec.shape)
+            start += size
+        return [Reply(0, self.decode_sum(server_round, arrays), {}, parties=len(masked))]
 
     def replies_needed(self, nodes_sampled: int) -> int:
         """Valid replies a round of ``nodes_sampled`` nodes needs (``min_replies`` as a count)."""

@@ -42,7 +42,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from flower_topics.models import svi
-from flower_topics.privacy.accountant import ACCOUNTANT, Budget, rounds_epsilon
+from flower_topics.privacy.accountant import ACCOUNTANT, Budget
+from flower_topics.privacy.skellam import ACCOUNTANT as SKELLAM_ACCOUNTANT
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import dplda as wire
@@ -50,6 +51,10 @@ from flower_topics.wire.protocol import ReplySpec
 
 TRUST_MODEL = ("every party adds the full noise to its own release: the guarantee holds against the server and "
                "every other party, trusting none of them (no secure aggregation)")
+SECURE_TRUST_MODEL = ("secure aggregation: the server sees only each round's sum, and each of the n parties of a round "
+                      "adds 1/(n - T) of the Skellam noise; the guarantee holds against a server that follows the "
+                      "protocol (it may try to learn from everything it receives) together with up to T parties, "
+                      "with up to T parties dropping out (secure-aggregation-tolerance)")
 
 
 RAW_KEY = "lambda-average"
@@ -160,11 +165,24 @@ class DPLDA(TopicStrategy):
         """One finite ``K x V`` float statistic, no metrics."""
         return wire.reply_spec(self.dplda, self.vocab_size)
 
+    def decode_sum(self, server_round: int, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The secure sum in expected counts: its integers divided by the quantum."""
+        return {key: value.astype(np.float64) / self.dplda.quantum for key, value in arrays.items()}
+
+    def party_noise_variance(self, server_round: int) -> float:
+        """The noise variance per cell one party adds, in expected counts: ``(sigma C)^2``, or under secure
+        aggregation its share ``(sigma C)^2 / (n - T)`` for the round's ``n`` sampled parties."""
+        variance = (self.dplda.noise_multiplier * self.dplda.clip) ** 2
+        if self.secure is None:
+            return variance
+        return variance / self.secure.threshold(self.traffic[server_round].nodes_sampled)
+
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """Sum, scale by ``1 / q``, take the natural-gradient step and track the noise variance."""
         total = np.sum([r.arrays[wire.STATISTIC_KEY].astype(np.float64) for r in replies], axis=0)
-        round_variance = len(replies) * (self.dplda.noise_multiplier * self.dplda.clip / self.dplda.sample_rate) ** 2
+        parties = sum(r.parties for r in replies)
+        round_variance = parties * self.party_noise_variance(server_round) / self.dplda.sample_rate ** 2
         rho = svi.step_size(self.updates, self.tau0, self.kappa)
         average = svi.natural_gradient_step(arrays[RAW_KEY].numpy(), self.eta + total / self.dplda.sample_rate, rho)
         variance = (1 - rho) ** 2 * float(arrays[VARIANCE_KEY].numpy()[0]) + rho ** 2 * round_variance
@@ -180,30 +198,35 @@ class DPLDA(TopicStrategy):
         eps_rounds, delta_rounds = self.budget.for_rounds()
         sigma, q = self.dplda.noise_multiplier, self.dplda.sample_rate
         rounds = self.rounds_released()
-        epsilon = rounds_epsilon(sigma, q, rounds, delta_rounds)
+        epsilon = wire.rounds_epsilon(self.dplda, rounds, delta_rounds)
+        trust = TRUST_MODEL if self.secure is None else SECURE_TRUST_MODEL
+        mechanism = ("Poisson-subsampled Gaussian on clipped expected counts (DP-SVI, Park et al. 2016)"
+                     if self.secure is None else
+                     f"Poisson-subsampled distributed Skellam on clipped expected counts in units of 1/"
+                     f"{self.dplda.quantum:g} (DP-SVI, Park et al. 2016; Agarwal et al. 2021), summed by secure "
+                     f"aggregation")
         evaluation = self.unaccounted_evaluation()  # refused by the run config; a strategy built by hand may have it
         document: dict[str, Any] = (
             dict(document_epsilon=epsilon, document_delta=delta_rounds,
                  document_guarantee=f"every training round (RDP) and, composed in by the ServerApp, the vocabulary "
-                                    f"agreement when it is 'private'; {TRUST_MODEL}") if evaluation is None else
+                                    f"agreement when it is 'private'; {trust}") if evaluation is None else
             dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps {epsilon:.4g}, "
                                     f"delta {delta_rounds:g} per document)"))
         return PrivacyReport(
-            mechanism=f"Poisson-subsampled Gaussian on clipped expected counts (DP-SVI, Park et al. 2016), "
-                      f"sigma {sigma:.4g}, q {q:g}, C {self.dplda.clip:g}",
+            mechanism=f"{mechanism}, sigma {sigma:.4g}, q {q:g}, C {self.dplda.clip:g}",
             unit="document",
-            accountant=ACCOUNTANT,
+            accountant=ACCOUNTANT if self.secure is None else SKELLAM_ACCOUNTANT,
             rounds=rounds,
-            epsilon_round=rounds_epsilon(sigma, q, 1, delta_rounds),
+            epsilon_round=wire.rounds_epsilon(self.dplda, 1, delta_rounds),
             delta_round=delta_rounds,
             epsilon=epsilon,
             delta=delta_rounds,
             **document,
             guarantee=(f"(eps, delta)-DP for adding or removing one document of any party, over everything the "
-                       f"server receives in training; {TRUST_MODEL}"),
+                       f"server receives in training; {trust}"),
             details={"noise_multiplier": sigma, "sample_rate": q, "clip": self.dplda.clip,
                      "target_epsilon": self.budget.epsilon, "target_delta": self.budget.delta,
-                     "training_epsilon_budget": eps_rounds, "trust_model": TRUST_MODEL,
+                     "training_epsilon_budget": eps_rounds, "trust_model": trust,
                      "composed": "vocabulary agreement (basic composition) + training rounds (RDP); "
                                  "no federated evaluation"},
         )

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from flower_topics.privacy.accountant import Budget
 
 METHOD = "dplda"
+#: Its reply is a sum (of clipped per-document statistics plus noise): it can go through secure aggregation,
+#: which makes the noise a shared Skellam noise (:mod:`flower_topics.privacy.skellam`).
+SECURE_SUM = True
 LAMBDA_KEY = "topic-parameters"
 STATISTIC_KEY = "noisy-statistic"
 
@@ -46,6 +49,9 @@ OPTIONS: Mapping[str, Option] = {
     "init": Option("embedding", "public initial topics: embedding (k-means clusters of the vocabulary's word "
                    "embeddings, offline MiniLM; no document) or random", one_of("embedding", "random")),
     "e-step-iterations": Option(50, "most gamma iterations of a party's E-step", at_least(1)),
+    "quantum": Option(256.0, "secure aggregation: integer units per expected count (each document's clipped "
+                      "statistic is scaled by it and randomly rounded down or up, keeping its norm within C)",
+                      at_least(1)),
 }
 
 
@@ -69,6 +75,11 @@ class DPLDASettings:
         The whole-run target per document that ``sigma`` was derived from.
     e_step_iterations : int
         Most gamma iterations of the E-step.
+    secure : bool
+        Secure aggregation: the party sends integers (each document's statistic scaled by
+        ``quantum`` and rounded) plus its share of Skellam noise of variance ``(sigma C quantum)^2``.
+    quantum : float
+        Integer units per expected count under secure aggregation.
     """
 
     n_topics: int
@@ -79,6 +90,13 @@ class DPLDASettings:
     epsilon: float
     delta: float
     e_step_iterations: int = 50
+    secure: bool = False
+    quantum: float = 256.0
+
+    @property
+    def sensitivity_units(self) -> float:
+        """Under secure aggregation, the L2 sensitivity in integer units: ``C x quantum``."""
+        return self.clip * self.quantum
 
     def __post_init__(self) -> None:
         if self.n_topics < 1 or not self.alpha > 0:
@@ -95,14 +113,17 @@ class DPLDASettings:
                    sample_rate=float(record["dplda.sample-rate"]), clip=float(record["dplda.clip"]),
                    noise_multiplier=float(record["dplda.noise-multiplier"]),
                    epsilon=float(record["dplda.epsilon"]), delta=float(record["dplda.delta"]),
-                   e_step_iterations=int(record["dplda.e-step-iterations"]))
+                   e_step_iterations=int(record["dplda.e-step-iterations"]),
+                   secure=bool(record.get("secure-aggregation", False)),
+                   quantum=float(record.get("dplda.quantum", 256.0)))
 
     def to_record(self) -> dict[str, Any]:
         """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
         return {"num-topics": self.n_topics, "alpha": self.alpha, "dplda.sample-rate": self.sample_rate,
                 "dplda.clip": self.clip, "dplda.noise-multiplier": self.noise_multiplier,
                 "dplda.epsilon": self.epsilon, "dplda.delta": self.delta,
-                "dplda.e-step-iterations": self.e_step_iterations}
+                "dplda.e-step-iterations": self.e_step_iterations, "secure-aggregation": self.secure,
+                "dplda.quantum": self.quantum}
 
 
 #: The settings class (what every party of a round receives).
@@ -160,14 +181,32 @@ def noise_multiplier(config: Mapping[str, Any]) -> float:
     UserInputError
         When the target cannot be reached (one line).
     """
-    return _calibrate(*budget(config).for_rounds(), float(config["dplda.sample-rate"]), int(config["num-rounds"]))
+    units = float(config["dplda.clip"]) * float(config["dplda.quantum"]) if bool(config["secure-aggregation"]) else 0.0
+    return _calibrate(*budget(config).for_rounds(), float(config["dplda.sample-rate"]), int(config["num-rounds"]), units)
 
 
 @functools.lru_cache(maxsize=32)
-def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int) -> float:
+def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int, units: float) -> float:
+    if units:  # secure aggregation: the summed noise is Skellam, accounted as such
+        from flower_topics.privacy.skellam import noise_multiplier as calibrate_skellam
+
+        return calibrate_skellam(epsilon, delta, sample_rate, rounds, units)
     from flower_topics.privacy.accountant import noise_multiplier as calibrate
 
     return calibrate(epsilon, delta, sample_rate, rounds)
+
+
+def rounds_epsilon(settings: DPLDASettings, rounds: int, delta: float) -> float:
+    """Epsilon at ``delta`` of ``rounds`` releases with these settings: subsampled Gaussian, or Skellam under
+    secure aggregation."""
+    if settings.secure:
+        from flower_topics.privacy.skellam import rounds_epsilon as skellam_epsilon
+
+        return skellam_epsilon(settings.noise_multiplier, settings.sample_rate, rounds, delta,
+                               settings.sensitivity_units)
+    from flower_topics.privacy.accountant import rounds_epsilon as gaussian_epsilon
+
+    return gaussian_epsilon(settings.noise_multiplier, settings.sample_rate, rounds, delta)
 
 
 def settings(config: Mapping[str, Any]) -> DPLDASettings:
