@@ -32,17 +32,24 @@ def _parser() -> argparse.ArgumentParser:
         "holding all training documents) or local (the method on each client alone) on the same partitions; "
         "writes the run outputs and results.csv/.md.",
     )
-    sim.add_argument("--method", required=True, help=f"one of the registered methods: {', '.join(METHODS)}")
+    sim.add_argument("--method", help=f"one of the registered methods: {', '.join(METHODS)} (required unless --resume)")
     sim.add_argument("--dataset", default=None,
                      help="a corpus path, 'embedded' (the default: real text shipped with the package) or 'synthetic'")
     sim.add_argument("--clients", type=int, required=True, help="number of clients (partitions)")
-    sim.add_argument("--partition", choices=PARTITION_SCHEMES, default="label")
-    sim.add_argument("--topics", type=int, required=True, help="number of topics K")
-    sim.add_argument("--rounds", type=int, required=True, help="number of rounds")
-    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--partition", choices=PARTITION_SCHEMES, default=None, help="(default: label)")
+    sim.add_argument("--topics", type=int, help="number of topics K (required unless --resume)")
+    sim.add_argument("--rounds", type=int,
+                     help="number of rounds (required unless --resume, which continues to the checkpoint's total "
+                          "or to this larger one)")
+    sim.add_argument("--seed", type=int, default=None, help="(default: 0)")
     sim.add_argument("--mode", choices=MODES, default="federated",
                      help="federated (default: Flower's simulation engine through flwr run), centralized or local")
-    sim.add_argument("--out", required=True, help="output directory (must not hold a run yet)")
+    sim.add_argument("--out", help="output directory (must not hold a run yet; required unless --resume, which "
+                     "continues in the resumed directory by default)")
+    sim.add_argument("--resume", metavar="DIR",
+                     help="continue the interrupted (or finished) run whose output directory is DIR from its last "
+                          "complete round, with its run config; only --rounds, --out, --verbose and "
+                          "--set eval-every may differ (federated and centralized modes)")
     sim.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="any run-config key, e.g. --set alpha=0.1 --set fedlda.epsilon=5 --set lda.local-sweeps=10")
     sim.add_argument("--verbose", action="store_true",
@@ -98,21 +105,41 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.verbose:
         overrides["verbose"] = "true"
     console.install(verbose=args.verbose or overrides.get("verbose", "").lower() == "true")
-    clashes = sorted(set(overrides) & {"method", "dataset", "partition", "num-topics", "num-rounds", "seed"})
+    clashes = sorted(set(overrides) & {"method", "dataset", "partition", "num-topics", "num-rounds", "seed",
+                                       "resume"})
     if clashes:
         raise UserInputError(f"--set {', '.join(clashes)} duplicates a dedicated option; use that option instead")
-    run_config = {
-        **overrides,
-        "method": args.method,
-        "dataset": defaults()["dataset"] if args.dataset is None else args.dataset,
-        "partition": args.partition,
-        "num-topics": args.topics,
-        "num-rounds": args.rounds,
-        "seed": args.seed,
-    }
-    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=args.out)
-    print((Path(args.out) / "results.md").read_text(encoding="utf-8"), end="")
+    dedicated = {"method": args.method, "dataset": args.dataset, "partition": args.partition,
+                 "num-topics": args.topics, "num-rounds": args.rounds, "seed": args.seed}
+    if args.resume:
+        run_config, out = _resume_config(args, overrides, dedicated)
+    else:
+        missing = [flag for flag, value in (("--method", args.method), ("--topics", args.topics),
+                                            ("--rounds", args.rounds), ("--out", args.out)) if value is None]
+        if missing:
+            raise UserInputError(f"simulate needs {', '.join(missing)} (or --resume DIR to continue a run)")
+        run_config = {**overrides, **{k: defaults()[k] if v is None else v for k, v in dedicated.items()}}
+        out = args.out
+    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out)
+    print((Path(out) / "results.md").read_text(encoding="utf-8"), end="")
     return 0 if rows else 1
+
+
+def _resume_config(args: argparse.Namespace, overrides: dict[str, str], dedicated: dict[str, object]
+                   ) -> tuple[dict[str, object], str]:
+    """The run config of ``simulate --resume DIR``: the checkpoint's, with what the command line gives laid over
+    it (the ServerApp refuses any change a resume may not make), and the output directory (DIR by default)."""
+    from flower_topics.checkpoint import load_checkpoint
+
+    if args.mode == "local":
+        raise UserInputError("--resume continues one run: use it with --mode federated or centralized")
+    saved = load_checkpoint(args.resume).config
+    out = args.out or args.resume
+    run_config = {k: v for k, v in saved.items() if k not in ("output-dir", "resume")}
+    run_config.update(overrides)
+    run_config.update({k: v for k, v in dedicated.items() if v is not None})
+    run_config["resume"] = str(Path(args.resume).expanduser().resolve())
+    return run_config, out
 
 
 #: Run-config keys of a model's metadata that ``evaluate`` reuses (how its run read and scored data).

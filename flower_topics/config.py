@@ -56,6 +56,10 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "output-dir": Option(
             "runs/latest", "directory the run writes its outputs into (absolute, or relative to the working directory)"
         ),
+        "resume": Option(
+            "", "output directory of an interrupted (or finished) run to continue from its last complete round: its "
+            "checkpoint.npz; only num-rounds, output-dir, verbose and eval-every may differ ('' = a new run)"
+        ),
         # --- data
         "dataset": Option(
             "embedded",

@@ -35,18 +35,37 @@ class RunOutputs:
     ----------
     directory : str or os.PathLike
         Where the outputs go; created if missing. It must not already hold a
-        run's outputs (nothing is overwritten).
+        run's outputs (nothing is overwritten), unless it is ``resume_from``.
+    resume_from : str or os.PathLike, optional
+        The output directory of the interrupted run this run resumes
+        (:mod:`flower_topics.checkpoint`).
+    resume_round : int (default: 0)
+        The round the run resumes after: ``metrics.jsonl`` keeps (or, into a new
+        directory, copies) the lines of rounds up to it, and drops a line written after
+        the checkpoint by the crashed run.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], resume_from: str | os.PathLike[str] | None = None,
+                 resume_round: int = 0) -> None:
         self.directory = Path(directory).expanduser().resolve()
+        source = None if resume_from is None else Path(resume_from).expanduser().resolve()
         existing = [name for name in RESULT_FILES if (self.directory / name).exists()]
-        if existing:
+        if existing and self.directory != source:
             raise UserInputError(
                 f"output directory {self.directory} already holds a run's outputs ({', '.join(existing)}); "
                 "choose another output-dir or remove it"
             )
         self.directory.mkdir(parents=True, exist_ok=True)
+        if source is not None:
+            self._carry_metrics(source / METRICS_FILE, resume_round)
+
+    def _carry_metrics(self, source: Path, resume_round: int) -> None:
+        """``metrics.jsonl`` with the interrupted run's lines of rounds 1 .. ``resume_round`` (written atomically)."""
+        rows = [row for row in read_metrics(source) if int(row.get("round", 0)) <= resume_round] \
+            if source.is_file() else []
+        tmp = self.metrics_path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+        os.replace(tmp, self.metrics_path)
 
     @property
     def metrics_path(self) -> Path:

@@ -18,6 +18,17 @@ from flwr.serverapp import Grid, ServerApp
 
 from flower_topics import console
 from flower_topics.agreement import Agreement, agree_vocabulary
+from flower_topics.checkpoint import (
+    Checkpoint,
+    RoundOffset,
+    agreement_from_state,
+    array_record,
+    check_resume_config,
+    load_checkpoint,
+    resume_strategy,
+    save_checkpoint,
+    send_vocabulary,
+)
 from flower_topics.config import parse_run_config
 from flower_topics.data.prepare import SYNTHETIC, synthetic_config
 from flower_topics.data.synthetic import make_synthetic_corpus
@@ -27,7 +38,7 @@ from flower_topics.methods import get_method
 from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.similarity import align_topics, topic_similarity_score
 from flower_topics.model_file import TopicModel
-from flower_topics.outputs import RunOutputs
+from flower_topics.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.strategies.base import TopicStrategy
 
@@ -69,6 +80,16 @@ class RoundRecorder:
         self.started = time.time()
         self.num_rounds = int(config["num-rounds"])
         self.last: dict[str, Any] = {}  # the latest value of every metric (evaluation rounds included)
+        self.resume_seconds: float | None = None
+
+    def resumed(self, rows: Sequence[Mapping[str, Any]], seconds: float) -> None:
+        """Continue after the rounds of ``rows`` (the interrupted run's metrics): the wall time goes on from
+        its last line, and the summary's metrics start from them. ``seconds``: the time the resume took."""
+        for row in rows:
+            self.last = {**self.last, **row}
+        self.resume_seconds = seconds
+        if rows and isinstance(rows[-1].get("wall_time"), (int, float)):
+            self.started = time.time() - float(rows[-1]["wall_time"])
 
     def model(self, arrays: ArrayRecord) -> TopicModel:
         """The global model as a :class:`TopicModel`."""
@@ -134,7 +155,10 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
 
     Stages: the vocabulary agreement (:func:`~flower_topics.agreement.agree_vocabulary`),
     the method's rounds (its strategy from the registry), federated evaluation every
-    ``eval-every`` rounds, and the outputs.
+    ``eval-every`` rounds, and the outputs. After the agreement and after every round the
+    run's state goes to ``output-dir/checkpoint.npz``; with ``resume`` set to an interrupted
+    run's output directory the run continues from its last complete round, without a new
+    agreement (:mod:`flower_topics.checkpoint`).
 
     Parameters
     ----------
@@ -149,28 +173,56 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         The final global model (also written to ``output-dir/model.npz``).
     """
     config = parse_run_config(run_config)
-    outputs = RunOutputs(config["output-dir"])
+    started = time.time()
+    checkpoint = resume_checkpoint(config)  # before anything is sent: a refused resume sends nothing
+    start_round = 0 if checkpoint is None else checkpoint.round
+    outputs = RunOutputs(config["output-dir"], resume_from=config["resume"] or None, resume_round=start_round)
     timeout = float(config["round-timeout"])
-    agreement = agree_vocabulary(grid, config, timeout=timeout)
+    if checkpoint is None:
+        agreement = agree_vocabulary(grid, config, timeout=timeout)
+    else:  # the agreement is not run again: it would spend the parties' privacy a second time
+        agreement = agreement_from_state(checkpoint.agreement, checkpoint.vocabulary)
     outputs.write_vocabulary(agreement.vocabulary)
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
+    if checkpoint is None:
+        initial = strategy.initial_arrays()
+        save_checkpoint(outputs.directory, 0, config, agreement, strategy, initial)
+    else:
+        resume_strategy(strategy, checkpoint)
+        initial = array_record(checkpoint.global_arrays)
+        strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
     truth = synthetic_truth(config, agreement)
     data = agreement.data_source(str(config["dataset"]))  # the parties' own files unless all hold shares
     recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
+    if checkpoint is not None:
+        recorder.resumed(read_metrics(outputs.metrics_path), time.time() - started)
+        console.say("flower-topics: resumed %s after round %d of %d (%.2f s to resume)%s", config["resume"],
+                    checkpoint.round, int(config["num-rounds"]), recorder.resume_seconds,
+                    "; a round released after it was lost and is counted" if checkpoint.lost_release else "")
     console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
                 config["method"], int(config["num-topics"]), int(config["num-rounds"]), data,
                 len(agreement.vocabulary), agreement.mode, agreement.nodes)
-    result = strategy.start(
+    rounds = RoundOffset(strategy, start_round, outputs.directory)
+    latest = [initial]
+
+    def record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        metrics = recorder(server_round, arrays)
+        save_checkpoint(outputs.directory, server_round, config, agreement, strategy, arrays)
+        latest[0] = arrays
+        return metrics
+
+    result = rounds.start(
         grid=grid,
-        initial_arrays=strategy.initial_arrays(),
-        num_rounds=int(config["num-rounds"]),
+        initial_arrays=initial,
+        num_rounds=int(config["num-rounds"]) - start_round,
         timeout=timeout,
-        evaluate_fn=recorder,
+        evaluate_fn=rounds.evaluate_fn(record),
     )
-    if not result.arrays:
+    if not result.arrays and checkpoint is None:
         raise RuntimeError("no round produced a model: every client reply failed (see the log above)")
-    model = recorder.model(result.arrays)
+    final_arrays = result.arrays if result.arrays else latest[0]
+    model = recorder.model(final_arrays)
     model = TopicModel(
         model.topic_word,
         model.vocabulary,
@@ -182,10 +234,12 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
             "vocabulary_agreement": agreement.summary(),
             "wall_time": time.time() - recorder.started,
             "engine": "flower",
+            **({} if checkpoint is None else {"resumed": {"from": str(config["resume"]), "after_round": start_round,
+                                                          "seconds_to_resume": recorder.resume_seconds}}),
         },
     )
     outputs.write_model(model)
-    outputs.write_state({key: array.numpy() for key, array in result.arrays.items()})
+    outputs.write_state({key: array.numpy() for key, array in final_arrays.items()})
     outputs.plot()
     for line in console.summary_lines(
             method=str(config["method"]), topics=model.top_words(10), asked_topics=int(config["num-topics"]),
@@ -193,6 +247,28 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
             seconds=time.time() - recorder.started, notes=get_method(str(config["method"])).quality_notes(config)):
         console.say("%s", line)
     return model
+
+
+def resume_checkpoint(config: Mapping[str, Any]) -> Checkpoint | None:
+    """The checkpoint the run config's ``resume`` names, checked against the run config (None: a new run).
+
+    Raises
+    ------
+    UserInputError
+        One line: no readable checkpoint there, or a run config that changes more than a
+        resume may (:func:`~flower_topics.checkpoint.check_resume_config`).
+    """
+    if not str(config["resume"]):
+        return None
+    checkpoint = load_checkpoint(str(config["resume"]))
+    saved = {**checkpoint.config}
+    saved.pop("resume", None)
+    try:
+        saved = parse_run_config(saved)
+    except UserInputError as exc:
+        raise UserInputError(f"resume: the checkpoint's run config is not valid here ({exc})") from None
+    check_resume_config(saved, config, checkpoint.round)
+    return checkpoint
 
 
 def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:

@@ -121,7 +121,8 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: 
 
     from flower_topics.launch import with_superlink
 
-    RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run
+    if not config.get("resume"):
+        RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
         app_dir = Path(tmp) / "app"

@@ -20,6 +20,15 @@ A missing party's contribution: its pending changes are not applied; it learns f
 ``last-applied-round`` that its reply was not applied, rolls its server view back and
 sends the changes again (perturbed afresh), so no change is lost or counted twice.
 
+Resume (:mod:`flower_topics.checkpoint`): the parties of a new Flower run start without their
+``context.state``, and a party that kept it cannot be told apart from the perturbed tuples,
+so every party restarts its server view: the strategy tells each ``last-applied-round`` 0,
+the parties enter their tokens again (``(w, K, k)``) from their samplers, and the
+checkpointed counts are :class:`~flower_topics.checkpoint.CarriedCounts`, retired as the
+entries arrive, so that no token is counted twice. The per-party release counters are
+folded into a run-wide offset (node ids may change): a resumed run reports at least what
+an uninterrupted one would.
+
 Privacy accounting is basic composition over the l tuples of a document per round
 and over rounds (Section 5) of the guarantee each tuple really has on the round's phi
 (:mod:`flower_topics.privacy.realized_ldp`), with the paper's claim beside it
@@ -28,6 +37,7 @@ and over rounds (Section 5) of the guarantee each tuple really has on the round'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from logging import WARNING
@@ -38,6 +48,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common import log
 from flwr.serverapp import Grid
 
+from flower_topics.checkpoint import CarriedCounts, record_lost_round
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
 from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
@@ -91,6 +102,11 @@ class FedLDA(TopicStrategy):
         self.last_realized: RealizedLDP | None = None
         self.max_tuples_per_doc = 0
         self.last_phi: np.ndarray | None = None
+        # resume (flower_topics.checkpoint): releases before it, and the carried counts
+        self.releases_before = 0
+        self.realized_delta_before = 0.0
+        self.carried: CarriedCounts | None = None
+        self._own: np.ndarray | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "FedLDA":
@@ -141,8 +157,9 @@ class FedLDA(TopicStrategy):
 
     @property
     def rounds_accounted(self) -> int:
-        """The most rounds any one party was asked to release in (the worst party's count)."""
-        return max(self.releases.values(), default=0)
+        """The most rounds any one party was asked to release in (the worst party's count), plus, after a
+        resume, the worst party's count before it (node ids may change)."""
+        return self.releases_before + max(self.releases.values(), default=0)
 
     def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
         """phi as float32; the counts stay on the server."""
@@ -151,7 +168,7 @@ class FedLDA(TopicStrategy):
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """Apply every valid reply's tuples to the counts (Algorithm 2)."""
-        counts = arrays[wire.COUNTS_KEY].numpy().astype(np.int64)
+        counts = (self._own if self.carried is not None else arrays[wire.COUNTS_KEY].numpy()).astype(np.int64)
         public_l = wire.public_tuples_per_document(self.fedlda)
         round_l, skipped = public_l or 0, 0
         for reply in replies:
@@ -159,12 +176,74 @@ class FedLDA(TopicStrategy):
             if public_l is None:
                 round_l = max(round_l, int(reply.metrics["max-tuples-per-document"]))
         self.max_tuples_per_doc = max(self.max_tuples_per_doc, round_l)
-        self.last_phi = clamped_topic_word(counts, self.beta)
         n_tuples = sum(r.arrays[wire.TUPLES_KEY].shape[0] for r in replies)
         metrics = {"num-tuples": n_tuples, "tuples-skipped": skipped,
                    "num-documents": (n_tuples // public_l if public_l else
                                      sum(int(r.metrics["num-documents"]) for r in replies))}
+        if self.carried is not None:  # a resume in progress: the entries re-enter the carried tokens
+            self._own = counts
+            self.carried.entered += sum(int(np.sum(r.arrays[wire.TUPLES_KEY][:, 1] == self.fedlda.n_topics))
+                                        for r in replies)
+            metrics["carried-share"] = self.carried.remaining
+            counts = self.carried.mix(counts)
+            if self.carried.remaining <= 0:
+                self.carried, self._own = None, None
+        self.last_phi = clamped_topic_word(counts, self.beta)
         return ArrayRecord({wire.COUNTS_KEY: Array(counts)}), metrics
+
+    # ------------------------------------------------------------ checkpoint
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Releases per party, realized deltas, the largest l, the last realized guarantee, carried counts."""
+        arrays: dict[str, np.ndarray] = {}
+        meta: dict[str, Any] = {
+            "releases": {str(n): c for n, c in self.releases.items()},
+            "realized_deltas": {str(n): d for n, d in self.realized_deltas.items()},
+            "max_tuples_per_doc": self.max_tuples_per_doc, "releases_before": self.releases_before,
+            "realized_delta_before": self.realized_delta_before,
+            "last_realized": None if self.last_realized is None else dataclasses.asdict(self.last_realized)}
+        if self.last_phi is not None:
+            arrays["fedlda-last-phi"] = self.last_phi
+        if self.carried is not None:
+            carried_arrays, carried_meta = self.carried.state("fedlda-")
+            arrays.update(carried_arrays)
+            arrays["fedlda-own"] = self._own
+            meta.update(carried_meta)
+        return arrays, meta
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state`."""
+        self.releases = {int(n): int(c) for n, c in meta["releases"].items()}
+        self.realized_deltas = {int(n): float(d) for n, d in meta["realized_deltas"].items()}
+        self.max_tuples_per_doc = int(meta["max_tuples_per_doc"])
+        self.releases_before = int(meta["releases_before"])
+        self.realized_delta_before = float(meta["realized_delta_before"])
+        self.last_realized = None if meta["last_realized"] is None else RealizedLDP(**meta["last_realized"])
+        self.last_phi = np.array(arrays["fedlda-last-phi"]) if "fedlda-last-phi" in arrays else None
+        self.carried = CarriedCounts.from_state("fedlda-", arrays, meta)
+        self._own = np.array(arrays["fedlda-own"], dtype=np.int64) if "fedlda-own" in arrays else None
+
+    def release_details(self) -> dict[str, Any]:
+        """What ``checkpoint-release.json`` records of a round besides its nodes: the round's realized delta."""
+        return {"realized_delta": 0.0 if self.last_realized is None else float(self.last_realized.delta)}
+
+    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+        """A round released and lost to a crash: one more release, and its realized delta, for every party."""
+        record_lost_round(self, release.get("nodes", []))
+        self.releases_before += 1
+        self.realized_delta_before += float(release.get("realized_delta", 0.0))
+
+    def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Fold the per-party counters into the offsets, and carry the counts while every party re-enters."""
+        self.releases_before += max(self.releases.values(), default=0)
+        self.realized_delta_before += max(self.realized_deltas.values(), default=0.0)
+        self.releases, self.realized_deltas = {}, {}
+        counts = np.asarray(arrays[wire.COUNTS_KEY], dtype=np.int64)
+        if self.carried is not None:  # resumed again before the last resume's tokens were all back
+            self.carried = CarriedCounts(counts - self._own, self.carried.total, self.carried.entered)
+        else:
+            self.carried = CarriedCounts(np.maximum(counts, 0), int(np.maximum(counts, 0).sum()))
+        self._own = np.zeros_like(counts)
+        self.last_applied.clear()  # every party restarts its server view (see the module docstring)
 
     # ------------------------------------------------------------ privacy
     @property
@@ -194,7 +273,7 @@ class FedLDA(TopicStrategy):
         l, rounds = self.max_tuples_per_doc, self.rounds_accounted
         realized = self.last_realized
         tuple_delta = realized.delta if realized is not None else 0.0
-        delta_total = min(1.0, l * max(self.realized_deltas.values(), default=0.0))
+        delta_total = min(1.0, l * (self.realized_delta_before + max(self.realized_deltas.values(), default=0.0)))
         claimed_round = compose(s.epsilon, claimed_delta(s), l)
         claimed_total = compose(claimed_round.epsilon, claimed_round.delta, rounds)
         details: dict[str, Any] = {

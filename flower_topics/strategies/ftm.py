@@ -76,6 +76,9 @@ class FTM(TopicStrategy):
         self.local_topics: dict[int, int] = {}
         self.composed: dict[int, np.ndarray] = {}
         self.released_rounds = 0
+        # resume (flower_topics.checkpoint): a party of a new Flower run draws its noisy statistics again
+        self.previous_draws = 0
+        self.segment_released = False
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "FTM":
@@ -105,7 +108,47 @@ class FTM(TopicStrategy):
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if messages:
             self.released_rounds += 1
+            self.segment_released = True
         return messages
+
+    @property
+    def draws(self) -> int:
+        """How many times the parties drew their noisy statistics: once a run, once more after each resume."""
+        return self.previous_draws + int(self.segment_released)
+
+    # ------------------------------------------------------------ checkpoint
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Each party's composed local model and K_p, the rounds released and the draws of the statistics."""
+        arrays = {f"ftm-composed-{n}": m for n, m in self.composed.items()}
+        return arrays, {"local_topics": {str(n): k for n, k in self.local_topics.items()},
+                        "released_rounds": self.released_rounds, "previous_draws": self.previous_draws,
+                        "segment_released": self.segment_released}
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state`."""
+        prefix = "ftm-composed-"
+        self.composed = {int(k[len(prefix):]): np.array(v) for k, v in arrays.items() if k.startswith(prefix)}
+        self.local_topics = {int(n): int(k) for n, k in meta["local_topics"].items()}
+        self.released_rounds = int(meta["released_rounds"])
+        self.previous_draws = int(meta["previous_draws"])
+        self.segment_released = bool(meta["segment_released"])
+
+    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+        """A round released and lost to a crash (its parties drew their statistics if they had not yet)."""
+        from flower_topics.checkpoint import record_lost_round
+
+        record_lost_round(self, release.get("nodes", []))
+        self.released_rounds += 1
+        self.segment_released = True
+
+    def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """The parties of a new Flower run draw their statistics again: one more Laplace release per token.
+
+        They restart from the models the master composed for them (kept by node id; a new
+        node id starts from random topics, as in round 1).
+        """
+        self.previous_draws += int(self.segment_released)
+        self.segment_released = False
 
     def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
         """The local model the master composed for this party (none in its first round)."""
@@ -140,10 +183,13 @@ class FTM(TopicStrategy):
     def privacy_report(self) -> PrivacyReport:
         """eps per token, once (the noisy statistics are drawn once; every round is post-processing)."""
         eps = self.ftm.epsilon
+        draws = self.draws
         return PrivacyReport(
-            mechanism="laplace + threshold", unit="token", accountant="one release, post-processing after it",
+            mechanism="laplace + threshold", unit="token",
+            accountant="one release, post-processing after it" + (
+                f"; {draws} draws (a resume redraws the statistics), basic composition" if draws > 1 else ""),
             rounds=self.released_rounds, epsilon_round=eps if self.released_rounds else None, delta_round=0.0,
-            epsilon=eps if self.released_rounds else None, delta=0.0 if self.released_rounds else None,
+            epsilon=eps * draws if self.released_rounds else None, delta=0.0 if self.released_rounds else None,
             guarantee="Section 3.1.1: eps-DP per token (Laplace, L1 sensitivity 1, include/exclude adjacency) "
                       "on the party's noisy count vectors, drawn once; per document eps x its length",
             document_guarantee=("none: the guarantee is per token, and a document of L tokens gets L x eps by group "

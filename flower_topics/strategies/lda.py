@@ -13,6 +13,13 @@ A missing party's contribution: its last applied counts stay in ``n_kw``; the pa
 learns from ``last-applied-round`` that its reply was not applied, rolls its topic
 assignments back to the applied ones and sends the change again, so its tokens are
 neither lost nor counted twice.
+
+Resume (:mod:`flower_topics.checkpoint`). Parties that kept their ``context.state`` send
+changes that sum to zero, and the run continues exactly. A party that restarted without it
+(every party of a new Flower run) sends its whole counts again (a change summing to its
+``num-tokens``); the first such reply after a resume turns the checkpointed counts into
+:class:`~flower_topics.checkpoint.CarriedCounts`, retired as the parties re-enter their
+tokens, so that none is counted twice.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+from flower_topics.checkpoint import CarriedCounts
 from flower_topics.models.lda import topic_word_distribution
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import lda as wire
@@ -52,6 +60,13 @@ class ADLDA(TopicStrategy):
         super().__init__(vocabulary, **federation)
         self.lda = settings
         self._round_sum: tuple[int, np.ndarray] | None = None
+        # resume (flower_topics.checkpoint): carried counts while restarted parties re-enter their tokens
+        self.carried: CarriedCounts | None = None
+        self.entered_nodes: set[int] = set()
+        self._own: np.ndarray | None = None
+        self._resumed = False
+        self._known_nodes: set[int] = set()
+        self._round_parts: dict[str, Any] = {}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "ADLDA":
@@ -75,15 +90,96 @@ class ADLDA(TopicStrategy):
         return wire.reply_spec(self.lda, self.vocab_size)
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
-        """A change may not make a global count negative; valid changes are summed as they pass."""
+        """A change may not make a global count negative; valid changes are summed as they pass.
+
+        After a resume the change is summed into the counts it belongs to (:meth:`_kind`).
+        """
         if self._round_sum is None or self._round_sum[0] != server_round:
             self._round_sum = (server_round, self._current[wire.COUNTS_KEY].numpy().astype(np.int64))
-        counts = self._round_sum[1] + reply.arrays[wire.DELTA_KEY]
+            if self._resumed:
+                self._round_parts = {"own": (self._own.copy() if self._own is not None else None),
+                                     "carried": self._round_sum[1].copy() if self.carried is None
+                                     else self.carried.carried.astype(np.int64), "entries": [], "entered": 0}
+        if not self._resumed:
+            counts = self._round_sum[1] + reply.arrays[wire.DELTA_KEY]
+            if np.any(counts < 0):
+                raise ReplyError("the count change would make global counts negative")
+            self._round_sum = (server_round, counts)
+            return
+        delta = reply.arrays[wire.DELTA_KEY].astype(np.int64)
+        kind = self._kind(reply, delta)
+        parts = self._round_parts
+        if kind == "carried":
+            counts = parts["carried"] + delta
+        else:
+            own = parts["own"] if parts["own"] is not None else np.zeros_like(parts["carried"])
+            counts = own + delta
         if np.any(counts < 0):
             raise ReplyError("the count change would make global counts negative")
-        self._round_sum = (server_round, counts)
+        if kind == "carried":
+            parts["carried"] = counts
+        else:
+            parts["own"] = counts
+            if kind == "entry":
+                parts["entries"].append(reply.node_id)
+                parts["entered"] += int(reply.metrics["num-tokens"])
+
+    def _kind(self, reply: Reply, delta: np.ndarray) -> str:
+        """After a resume: ``own`` (a party that re-entered since), ``entry`` (a party sending its whole counts
+        again) or ``carried`` (a party that kept its state: its change moves tokens of the checkpointed counts)."""
+        if reply.node_id in self.entered_nodes:
+            return "own"
+        tokens = int(reply.metrics["num-tokens"])
+        restarted = tokens > 0 and int(delta.sum()) == tokens and (
+            self.carried is not None or reply.node_id not in self._known_nodes
+            or self.last_applied.get(reply.node_id, 0) > 0)
+        return "entry" if restarted else "carried"
 
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """The round's counts plus every valid change (summed by :meth:`check_reply`, in reply order)."""
-        return counts_record(self._round_sum[1]), {"num-tokens": sum(int(r.metrics["num-tokens"]) for r in replies)}
+        metrics = {"num-tokens": sum(int(r.metrics["num-tokens"]) for r in replies)}
+        if not self._resumed:
+            return counts_record(self._round_sum[1]), metrics
+        parts = self._round_parts
+        if self.carried is None and not parts["entries"]:  # every party kept its state: exact continuation
+            self._resumed = False
+            return counts_record(parts["carried"]), metrics
+        if self.carried is None:
+            self.carried = CarriedCounts(parts["carried"], int(self._current[wire.COUNTS_KEY].numpy().sum()))
+        else:
+            self.carried.carried = parts["carried"]
+        self.carried.entered += parts["entered"]
+        self.entered_nodes.update(parts["entries"])
+        self._own = parts["own"] if parts["own"] is not None else np.zeros_like(parts["carried"])
+        counts = self.carried.mix(self._own)
+        metrics["carried-share"] = self.carried.remaining
+        if self.carried.remaining <= 0:  # every carried token is back: plain AD-LDA from here
+            self.carried, self._own, self._resumed = None, None, False
+            self.entered_nodes.clear()
+        return counts_record(counts), metrics
+
+    # ------------------------------------------------------------ checkpoint
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The carried counts of a resume in progress (nothing otherwise: the counts are the global arrays)."""
+        arrays: dict[str, np.ndarray] = {}
+        meta: dict[str, Any] = {"resumed": self._resumed, "entered_nodes": sorted(self.entered_nodes),
+                                "known_nodes": sorted(self._known_nodes)}
+        if self.carried is not None:
+            carried_arrays, carried_meta = self.carried.state("lda-")
+            arrays.update(carried_arrays, **{"lda-own": self._own})
+            meta.update(carried_meta)
+        return arrays, meta
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state`."""
+        self._resumed = bool(meta.get("resumed", False))
+        self.entered_nodes = {int(n) for n in meta.get("entered_nodes", [])}
+        self._known_nodes = {int(n) for n in meta.get("known_nodes", [])}
+        self.carried = CarriedCounts.from_state("lda-", arrays, meta)
+        self._own = np.array(arrays["lda-own"], dtype=np.int64) if "lda-own" in arrays else None
+
+    def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Watch the first replies: parties that kept their state continue exactly, restarted ones re-enter."""
+        self._resumed = True
+        self._known_nodes = set(self.last_applied) | self._known_nodes

@@ -126,6 +126,7 @@ class NTM(TopicStrategy):
         self.stopped: str | None = None
         self.party_epsilon: dict[int, float] = {}
         self.first_epsilon: dict[int, float] = {}
+        self.epsilon_before = 0.0  # DP: the largest epsilon reported before a resume (flower_topics.checkpoint)
 
     def _network(self, seed: int):
         return build_model(self.vocab_size, self.ntm.n_topics, self.ntm.model, embedding_size=self.ntm.embedding_size,
@@ -234,6 +235,60 @@ class NTM(TopicStrategy):
             self.stopped = f"relative change {change:.3g} < stop-tolerance {self.stop_tolerance:g}"
         return ArrayRecord({wire.WEIGHTS_KEY: Array(new)}), metrics
 
+    # ------------------------------------------------------------ checkpoint
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The server optimizer's state (Adam's moments and step counts), the steps, the stop, the parties' epsilons.
+
+        The network's weights are the global arrays; the optimizer's tensors are saved as
+        arrays ``ntm-optimizer-<param>-<name>``, its hyper-parameters as JSON.
+        """
+        optimizer = self.optimizer.state_dict()
+        arrays: dict[str, np.ndarray] = {}
+        scalars: dict[str, dict[str, float]] = {}
+        for index, entries in optimizer["state"].items():
+            for name, value in entries.items():
+                if hasattr(value, "detach"):
+                    arrays[f"ntm-optimizer-{index}-{name}"] = value.detach().cpu().numpy()
+                else:
+                    scalars.setdefault(str(index), {})[name] = float(value)
+        return arrays, {"param_groups": optimizer["param_groups"], "optimizer_scalars": scalars, "steps": self.steps,
+                        "stopped": self.stopped, "party_epsilon": {str(n): e for n, e in self.party_epsilon.items()},
+                        "first_epsilon": {str(n): e for n, e in self.first_epsilon.items()},
+                        "epsilon_before": self.epsilon_before}
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state` (the optimizer continues where it stopped: the same Adam step)."""
+        import torch
+
+        state: dict[int, dict[str, Any]] = {}
+        prefix = "ntm-optimizer-"
+        for key, value in arrays.items():
+            if key.startswith(prefix):
+                index, _, name = key[len(prefix):].partition("-")
+                state.setdefault(int(index), {})[name] = torch.from_numpy(np.array(value))
+        for index, entries in meta.get("optimizer_scalars", {}).items():
+            state.setdefault(int(index), {}).update(entries)
+        self.optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+        self.steps = int(meta["steps"])
+        self.stopped = meta["stopped"]
+        self.party_epsilon = {int(n): float(e) for n, e in meta["party_epsilon"].items()}
+        self.first_epsilon = {int(n): float(e) for n, e in meta["first_epsilon"].items()}
+        self.epsilon_before = float(meta["epsilon_before"])
+
+    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+        """A round released and lost to a crash: one more round, and with DP one round's epsilon (basic composition)."""
+        from flower_topics.checkpoint import record_lost_round
+
+        record_lost_round(self, release.get("nodes", []))
+        if self.ntm.dp:
+            self.epsilon_before += max(self.first_epsilon.values(), default=0.0)
+
+    def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """With DP: the parties of a new Flower run restart their accountants, so what they report from now on is
+        added to the largest epsilon reported before (basic composition of the two parts: never fewer)."""
+        self.epsilon_before += max(self.party_epsilon.values(), default=0.0)
+        self.party_epsilon = {}
+
     # ------------------------------------------------------------ privacy
     def privacy_report(self) -> PrivacyReport:
         """Without DP none; with DP, per document, the largest epsilon a party reported (its own RDP accounting)."""
@@ -242,7 +297,7 @@ class NTM(TopicStrategy):
             return PrivacyReport.no_mechanism(rounds=rounds, reason="ntm.dp=false (the paper's method): each party's "
                                               "gradients (or weights) are sent without noise")
         steps = 1 if self.ntm.sync == "minibatch" else self.ntm.local_steps
-        epsilon = max(self.party_epsilon.values(), default=0.0)
+        epsilon = self.epsilon_before + max(self.party_epsilon.values(), default=0.0)
         document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
                                         document_guarantee=DOCUMENT_GUARANTEE)
         evaluation = self.unaccounted_evaluation()
@@ -252,7 +307,7 @@ class NTM(TopicStrategy):
         return PrivacyReport(
             mechanism="gaussian (DP-SGD)", unit="document", accountant=ACCOUNTANT, rounds=rounds,
             epsilon_round=max(self.first_epsilon.values(), default=0.0), delta_round=self.ntm.dp_delta,
-            epsilon=max(self.party_epsilon.values(), default=0.0), delta=self.ntm.dp_delta,
+            epsilon=epsilon, delta=self.ntm.dp_delta,
             guarantee="(eps, delta)-DP per document of a party (add/remove), DP-SGD with Poisson sampling at "
                       "q = batch-size / D_l, per-document clipping and Gaussian noise; each party's epsilon from "
                       "its own RDP accountant, the largest reported here (the server cannot check it)",

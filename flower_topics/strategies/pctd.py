@@ -111,6 +111,7 @@ class PCTD(TopicStrategy):
         self.tau = tau
         self.similarity = similarity if tau > 0 else None
         self.releases: dict[int, int] = {}
+        self.releases_before = 0  # the worst party's releases before a resume (flower_topics.checkpoint)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "PCTD":
@@ -153,8 +154,31 @@ class PCTD(TopicStrategy):
 
     @property
     def rounds_released(self) -> int:
-        """The most rounds any one party was asked to release in (the worst party's T)."""
-        return max(self.releases.values(), default=0)
+        """The most rounds any one party was asked to release in (the worst party's T), plus, after a resume,
+        the worst party's count before it (node ids may change, so the two are added: never fewer)."""
+        return self.releases_before + max(self.releases.values(), default=0)
+
+    # ------------------------------------------------------------ checkpoint
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The releases per party (p(w|z) is the global array; a party's p(z|d) is recomputed by its E-step)."""
+        return {}, {"releases": {str(n): c for n, c in self.releases.items()}, "releases_before": self.releases_before}
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state`."""
+        self.releases = {int(n): int(c) for n, c in meta["releases"].items()}
+        self.releases_before = int(meta["releases_before"])
+
+    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+        """A round released and lost to a crash: one more release for every party."""
+        from flower_topics.checkpoint import record_lost_round
+
+        record_lost_round(self, release.get("nodes", []))
+        self.releases_before += 1
+
+    def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Fold the per-party counts into the offset (the parties of a new Flower run may get new node ids)."""
+        self.releases_before += max(self.releases.values(), default=0)
+        self.releases = {}
 
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:

@@ -1,0 +1,479 @@
+"""Checkpoint and resume a run: what the ServerApp writes every round, and how a run continues from it.
+
+After the vocabulary agreement (round 0) and after every round, the ServerApp replaces
+``checkpoint.npz`` in the run's output directory (a temporary file, then ``os.replace``: a
+crash leaves the previous checkpoint or the new one, never half of one). It holds, in one
+file so that its parts always belong to the same round:
+
+- ``global/<key>``: the global arrays of the strategy after the round;
+- ``strategy/<key>``: the strategy's own arrays (e.g. ``ntm``'s optimizer moments, ``ftm``'s
+  composed local models, the carried counts of a resumed ``lda`` / ``fedlda``);
+- ``meta``: a JSON string: the format version, the round, the run config, the vocabulary,
+  the vocabulary agreement (so a resume never runs it again, which would spend privacy
+  again), and the strategy's state (traffic per round, last applied round per node,
+  excluded nodes, method metrics, evaluations, and the method's own counters: the
+  privacy accounting).
+
+Before a round's messages go out, ``checkpoint-release.json`` records the round and the
+nodes it was sent to (atomically too). A resume that finds it one round past the
+checkpoint knows that this round was released and then lost to the crash, and counts it
+in the privacy report (:func:`resume_strategy`): a resumed run never reports less than
+what the parties released.
+
+Node sampling needs no saved random state: every round draws from
+``np.random.default_rng([seed, round])`` (:meth:`~flower_topics.strategies.base.TopicStrategy.sample_nodes`),
+so a resumed round samples as the uninterrupted run would, given the same connected nodes.
+
+No pickle: arrays go to ``.npz`` (read with ``allow_pickle=False``) and everything else to JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from flower_topics.errors import UserInputError
+from flower_topics.model_file import save_npz
+
+if TYPE_CHECKING:
+    from flower_topics.agreement import Agreement
+    from flower_topics.strategies.base import TopicStrategy
+
+#: Version of the checkpoint format (``meta["format"]``).
+FORMAT = 1
+CHECKPOINT_FILE = "checkpoint.npz"
+RELEASE_FILE = "checkpoint-release.json"
+GLOBAL_PREFIX = "global/"
+STRATEGY_PREFIX = "strategy/"
+#: Run-config keys a resume may change; any other change (method, data, vocabulary, privacy) is refused.
+RESUMABLE_KEYS = frozenset({"num-rounds", "output-dir", "resume", "verbose", "eval-every"})
+
+
+# ---------------------------------------------------------------------------------------------- state
+@dataclass
+class Checkpoint:
+    """A run's state after round :attr:`round` (0: after the vocabulary agreement, before round 1).
+
+    Parameters
+    ----------
+    round : int
+        The last complete round.
+    config : dict
+        The run config of the run that wrote it (validated).
+    vocabulary : tuple of str
+        The agreed vocabulary, in column order.
+    agreement : dict
+        The vocabulary agreement's fields (:func:`agreement_state`).
+    global_arrays : dict
+        The strategy's global arrays after the round.
+    strategy_arrays : dict
+        The strategy's own arrays.
+    strategy_meta : dict
+        The strategy's state that is not an array (JSON).
+    lost_release : dict or None
+        A round sent to the parties after this checkpoint and lost to a crash
+        (``{"round": r, "nodes": [...], ...}``), or None.
+    """
+
+    round: int
+    config: dict[str, Any]
+    vocabulary: tuple[str, ...]
+    agreement: dict[str, Any]
+    global_arrays: dict[str, np.ndarray]
+    strategy_arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    strategy_meta: dict[str, Any] = field(default_factory=dict)
+    lost_release: dict[str, Any] | None = None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy scalars and arrays to Python, mapping keys to str."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def _int_keys(mapping: Mapping[str, Any]) -> dict[int, Any]:
+    return {int(k): v for k, v in mapping.items()}
+
+
+def base_state(strategy: "TopicStrategy") -> dict[str, Any]:
+    """What every :class:`~flower_topics.strategies.base.TopicStrategy` accumulates (its public attributes)."""
+    return {
+        "traffic": {str(r): dataclasses.asdict(t) for r, t in strategy.traffic.items()},
+        "last_applied": {str(n): int(r) for n, r in strategy.last_applied.items()},
+        "excluded": {str(n): str(why) for n, why in strategy.excluded.items()},
+        "method_metrics": _plain(strategy.method_metrics),
+        "evaluations": _plain(strategy.evaluations),
+    }
+
+
+def load_base_state(strategy: "TopicStrategy", state: Mapping[str, Any]) -> None:
+    """Restore :func:`base_state` into a freshly built strategy."""
+    from flower_topics.strategies.base import RoundTraffic
+
+    strategy.traffic = {int(r): RoundTraffic(**t) for r, t in state["traffic"].items()}
+    strategy.last_applied = _int_keys(state["last_applied"])
+    strategy.excluded.update(_int_keys(state["excluded"]))
+    strategy.method_metrics = _int_keys(state["method_metrics"])
+    strategy.evaluations = _int_keys(state["evaluations"])
+
+
+#: State of strategies whose files keep no ``checkpoint_state`` method: the attributes their
+#: ``aggregate`` and ``privacy_report`` read beyond the base's.
+EXTRA_ATTRIBUTES: Mapping[str, tuple[str, ...]] = {"dplda": ("updates",)}
+
+
+def strategy_state(strategy: "TopicStrategy") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """``(arrays, meta)``: everything the strategy's ``aggregate`` and ``privacy_report`` need to continue.
+
+    The base's accumulators (:func:`base_state`), then the method's own state: the
+    strategy's ``checkpoint_state()`` where it has one, else the attributes
+    :data:`EXTRA_ATTRIBUTES` names for its method.
+    """
+    meta: dict[str, Any] = {"base": base_state(strategy)}
+    arrays: dict[str, np.ndarray] = {}
+    own = getattr(strategy, "checkpoint_state", None)
+    if own is not None:
+        arrays, method_meta = own()
+        meta["method"] = _plain(method_meta)
+    else:
+        meta["method"] = {name: _plain(getattr(strategy, name))
+                          for name in EXTRA_ATTRIBUTES.get(strategy.method, ())}
+    return dict(arrays), meta
+
+
+def load_strategy_state(strategy: "TopicStrategy", arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+    """Restore :func:`strategy_state` into a strategy freshly built from the same run config and vocabulary."""
+    load_base_state(strategy, meta["base"])
+    own = getattr(strategy, "load_checkpoint_state", None)
+    if own is not None:
+        own(dict(arrays), dict(meta.get("method", {})))
+    else:
+        for name, value in meta.get("method", {}).items():
+            setattr(strategy, name, value)
+
+
+def record_lost_round(strategy: "TopicStrategy", nodes: Sequence[int]) -> None:
+    """Count a round released to ``nodes`` and lost to a crash in the strategy's traffic.
+
+    The round is re-run under its own number after the resume, so the lost release is
+    kept under a negative key (below every other): every report that counts the rounds
+    with ``nodes_sampled`` counts it, and no round's metrics change.
+    """
+    from flower_topics.strategies.base import RoundTraffic
+
+    key = min(0, *strategy.traffic) - 1 if strategy.traffic else -1
+    strategy.traffic[key] = RoundTraffic(nodes_sampled=len(nodes), started=0.0)
+
+
+def count_lost_release(strategy: "TopicStrategy", release: Mapping[str, Any]) -> None:
+    """Count a lost release (``checkpoint-release.json``): the strategy's ``count_lost_release`` where it has one."""
+    own = getattr(strategy, "count_lost_release", None)
+    if own is not None:
+        own(release)
+    else:
+        record_lost_round(strategy, release.get("nodes", []))
+
+
+def resume_strategy(strategy: "TopicStrategy", checkpoint: Checkpoint) -> None:
+    """Bring a freshly built strategy to the checkpoint's state, ready for round ``checkpoint.round + 1``.
+
+    Restores the state, counts a release lost to the crash, then calls the strategy's
+    ``on_resume(global_arrays)`` where it has one (what a method does because the parties
+    of a new Flower run start without their ``context.state``; see the README).
+    """
+    load_strategy_state(strategy, checkpoint.strategy_arrays, checkpoint.strategy_meta)
+    if checkpoint.lost_release is not None:
+        count_lost_release(strategy, checkpoint.lost_release)
+    hook = getattr(strategy, "on_resume", None)
+    if hook is not None:
+        hook(dict(checkpoint.global_arrays))
+
+
+# ---------------------------------------------------------------------------------------------- agreement
+def agreement_state(agreement: "Agreement") -> dict[str, Any]:
+    """The agreement's fields as JSON (the vocabulary travels separately)."""
+    privacy = None if agreement.privacy is None else _plain(dataclasses.asdict(agreement.privacy))
+    return {"mode": agreement.mode, "nodes": agreement.nodes, "bytes_sent": agreement.bytes_sent,
+            "bytes_received": agreement.bytes_received, "seconds": agreement.seconds,
+            "excluded": {str(n): why for n, why in agreement.excluded.items()}, "privacy": privacy,
+            "node_corpora": agreement.node_corpora, "shares": agreement.shares}
+
+
+def agreement_from_state(state: Mapping[str, Any], vocabulary: Sequence[str]) -> "Agreement":
+    """The :class:`~flower_topics.agreement.Agreement` a checkpoint recorded."""
+    from flower_topics.agreement import Agreement
+    from flower_topics.privacy.report import PrivacyReport
+
+    privacy = None if state["privacy"] is None else PrivacyReport(**state["privacy"])
+    return Agreement(vocabulary=tuple(vocabulary), mode=state["mode"], nodes=int(state["nodes"]),
+                     bytes_sent=int(state["bytes_sent"]), bytes_received=int(state["bytes_received"]),
+                     seconds=float(state["seconds"]), excluded=_int_keys(state["excluded"]), privacy=privacy,
+                     node_corpora=int(state["node_corpora"]), shares=int(state["shares"]))
+
+
+def send_vocabulary(grid: Grid, vocabulary: Sequence[str], min_nodes: int, timeout: float | None = None
+                    ) -> dict[int, str]:
+    """Send the checkpointed vocabulary to every node (the agreement's last message, ``query.vocabulary``).
+
+    The parties of a new Flower run hold no vocabulary; the agreed words are already known
+    to every party, so sending them again releases nothing, and no candidate is asked for
+    (the agreement's privacy is not spent again). A party that kept its state maps its
+    documents onto the same words again (nothing changes).
+
+    Returns
+    -------
+    dict
+        The nodes that could not take the vocabulary, with the reason.
+    """
+    from flwr.app import RecordDict
+
+    from flower_topics.strategies.base import FederationError, error_reason, wait_for_nodes
+    from flower_topics.wire import agreement as wire
+    from flower_topics.wire.protocol import CONFIG, vocabulary_fingerprint
+
+    nodes = sorted(wait_for_nodes(grid, min_nodes))
+    record = ConfigRecord({wire.WORDS: wire.join_words(tuple(vocabulary)),
+                           "vocabulary": vocabulary_fingerprint(tuple(vocabulary))})
+    messages = [Message(RecordDict({CONFIG: record}), dst_node_id=n, message_type=wire.VOCABULARY) for n in nodes]
+    excluded = {reply.metadata.src_node_id: error_reason(reply)
+                for reply in grid.send_and_receive(messages, timeout=timeout) if reply.has_error()}
+    if len(nodes) - len(excluded) < min_nodes:
+        raise FederationError.too_few("resume (the vocabulary to the parties)", len(nodes) - len(excluded),
+                                      min_nodes, excluded)
+    return excluded
+
+
+# ---------------------------------------------------------------------------------------------- files
+def save_checkpoint(directory: str | os.PathLike[str], server_round: int, config: Mapping[str, Any],
+                    agreement: "Agreement", strategy: "TopicStrategy", arrays: ArrayRecord) -> Path:
+    """Write ``checkpoint.npz`` for the state after ``server_round`` (atomically: temp file + ``os.replace``)."""
+    own_arrays, strategy_meta = strategy_state(strategy)
+    meta = {"format": FORMAT, "round": int(server_round), "method": str(config["method"]),
+            "config": _plain(dict(config)), "vocabulary": list(agreement.vocabulary),
+            "agreement": agreement_state(agreement), "strategy": strategy_meta, "written": time.time()}
+    payload: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
+    payload.update({GLOBAL_PREFIX + k: np.asarray(a.numpy()) for k, a in arrays.items()})
+    payload.update({STRATEGY_PREFIX + k: np.asarray(v) for k, v in own_arrays.items()})
+    return save_npz(Path(directory) / CHECKPOINT_FILE, **payload)
+
+
+def write_release(directory: str | os.PathLike[str], server_round: int, nodes: Sequence[int],
+                  extra: Mapping[str, Any] | None = None) -> Path:
+    """Record, before a round's messages go out, that round ``server_round`` is released to ``nodes``."""
+    path = Path(directory) / RELEASE_FILE
+    body = json.dumps({"round": int(server_round), "nodes": [int(n) for n in nodes], **_plain(dict(extra or {}))})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-release-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(body)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
+    """Read the checkpoint of an interrupted run's output directory.
+
+    Raises
+    ------
+    UserInputError
+        One line: no checkpoint there, or a file that is not one this version wrote.
+    """
+    directory = Path(directory).expanduser().resolve()
+    path = directory / CHECKPOINT_FILE
+    if not path.is_file():
+        raise UserInputError(f"resume: {directory} holds no {CHECKPOINT_FILE} (the output directory of a run that "
+                             "was interrupted after its vocabulary agreement)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            global_arrays = {k[len(GLOBAL_PREFIX):]: data[k] for k in data.files if k.startswith(GLOBAL_PREFIX)}
+            strategy_arrays = {k[len(STRATEGY_PREFIX):]: data[k] for k in data.files if k.startswith(STRATEGY_PREFIX)}
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserInputError(f"resume: {path} is not a readable checkpoint ({exc})") from None
+    if meta.get("format") != FORMAT:
+        raise UserInputError(f"resume: {path} has checkpoint format {meta.get('format')!r}, this version reads {FORMAT}")
+    if not global_arrays:
+        raise UserInputError(f"resume: {path} holds no global model")
+    checkpoint = Checkpoint(round=int(meta["round"]), config=dict(meta["config"]),
+                            vocabulary=tuple(meta["vocabulary"]), agreement=dict(meta["agreement"]),
+                            global_arrays=global_arrays, strategy_arrays=strategy_arrays,
+                            strategy_meta=dict(meta["strategy"]))
+    release = directory / RELEASE_FILE
+    if release.is_file():
+        try:
+            record = json.loads(release.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserInputError(f"resume: {release} is not readable ({exc})") from None
+        if int(record.get("round", 0)) > checkpoint.round:
+            checkpoint.lost_release = record
+    return checkpoint
+
+
+def check_resume_config(saved: Mapping[str, Any], new: Mapping[str, Any], completed: int) -> None:
+    """Refuse, in one line, a resume whose run config changes more than :data:`RESUMABLE_KEYS`.
+
+    Also refused: ``num-rounds`` below the rounds already completed, and for ``dplda`` any
+    change of ``num-rounds`` (its noise multiplier is calibrated to spend the whole-run
+    budget over exactly ``num-rounds`` releases: a new total would change the noise).
+    """
+    changed = sorted(k for k in set(saved) | set(new)
+                     if k not in RESUMABLE_KEYS and _differs(saved.get(k), new.get(k)))
+    if changed:
+        shown = ", ".join(f"{k} ({saved.get(k)!r} -> {new.get(k)!r})" for k in changed[:4])
+        more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        raise UserInputError(f"resume refused: the run config changes {shown}{more}; a resume may change only "
+                             f"{', '.join(sorted(RESUMABLE_KEYS))}")
+    rounds = int(new["num-rounds"])
+    if rounds < completed:
+        raise UserInputError(f"resume refused: num-rounds {rounds} is below the {completed} round(s) already completed")
+    if str(new["method"]) == "dplda" and rounds != int(saved["num-rounds"]):
+        raise UserInputError(f"resume refused: dplda calibrates its noise to num-rounds={saved['num-rounds']} "
+                             f"releases under the whole-run budget; num-rounds={rounds} would change the noise")
+
+
+def _differs(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return False
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) != float(b)
+    return a != b
+
+
+# ---------------------------------------------------------------------------------------------- rounds
+class RoundOffset(Strategy):
+    """Flower's :meth:`~flwr.serverapp.strategy.Strategy.start` loop on a strategy whose rounds begin after ``offset``.
+
+    ``Strategy.start`` always counts rounds from 1. Wrapping the run's strategy, this
+    strategy's ``start(grid, checkpoint arrays, num_rounds=total - offset, ...)`` hands the
+    inner strategy round ``r + offset`` for the loop's round ``r``, so round numbers in
+    ``metrics.jsonl``, the node-sampling seeds ``[seed, round]``, ``server-round`` in every
+    message and the privacy counts continue where the checkpoint stopped. Before each
+    round's messages go out it writes ``checkpoint-release.json`` (see the module docstring).
+    With ``offset=0`` it is a transparent wrapper.
+
+    Parameters
+    ----------
+    inner : TopicStrategy
+        The run's strategy.
+    offset : int
+        The rounds already completed.
+    directory : str or Path, optional
+        Where ``checkpoint-release.json`` goes (None: not written).
+    """
+
+    def __init__(self, inner: "TopicStrategy", offset: int = 0,
+                 directory: str | os.PathLike[str] | None = None) -> None:
+        self.inner = inner
+        self.offset = int(offset)
+        self.directory = None if directory is None else Path(directory)
+
+    def summary(self) -> None:  # noqa: D102
+        self.inner.summary()
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+                        ) -> Iterable[Message]:
+        """The inner strategy's messages for round ``server_round + offset``, recorded as released."""
+        messages = list(self.inner.configure_train(server_round + self.offset, arrays, config, grid))
+        if self.directory is not None and messages:
+            extra = getattr(self.inner, "release_details", None)
+            write_release(self.directory, server_round + self.offset, [m.metadata.dst_node_id for m in messages],
+                          extra() if extra is not None else None)
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:  # noqa: D102
+        return self.inner.aggregate_train(server_round + self.offset, replies)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+                           ) -> Iterable[Message]:  # noqa: D102
+        return self.inner.configure_evaluate(server_round + self.offset, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:  # noqa: D102
+        return self.inner.aggregate_evaluate(server_round + self.offset, replies)
+
+    def evaluate_fn(self, fn: Callable[[int, ArrayRecord], MetricRecord | None]
+                    ) -> Callable[[int, ArrayRecord], MetricRecord | None]:
+        """``fn`` called with the inner round numbers (the loop's round 0, the starting model, is not passed on)."""
+        def shifted(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+            return None if server_round == 0 else fn(server_round + self.offset, arrays)
+
+        return shifted
+
+
+def array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """An ArrayRecord of numpy arrays (the checkpoint's global arrays)."""
+    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in arrays.items()})
+
+
+# ---------------------------------------------------------------------------------------------- carried counts
+@dataclass
+class CarriedCounts:
+    """Global counts carried over a resume whose parties restarted without their state (``lda``, ``fedlda``).
+
+    The checkpointed counts hold every party's tokens, but a party that lost its
+    ``context.state`` enters its tokens again. Until they have re-entered, the model the
+    parties are sent is ``own + floor(carried * remaining)``, ``own`` the counts entered
+    since the resume and ``remaining = 1 - entered / total`` the share of the carried
+    tokens not re-entered yet; once every token is back, the carried counts are gone and
+    no token is counted twice.
+
+    Parameters
+    ----------
+    carried : np.ndarray
+        The counts at the resume (every party's old tokens).
+    total : int
+        Tokens in them.
+    entered : int
+        Tokens re-entered since.
+    """
+
+    carried: np.ndarray
+    total: int
+    entered: int = 0
+
+    @property
+    def remaining(self) -> float:
+        """The share of the carried tokens not re-entered yet, in [0, 1]."""
+        return 0.0 if self.total <= 0 else min(1.0, max(0.0, 1.0 - self.entered / self.total))
+
+    def mix(self, own: np.ndarray) -> np.ndarray:
+        """``own + floor(carried * remaining)`` (``own`` once nothing remains)."""
+        if self.remaining <= 0:
+            return own.copy()
+        return own + np.floor(np.maximum(self.carried, 0) * self.remaining).astype(own.dtype)
+
+    def state(self, prefix: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """Arrays and numbers for a checkpoint."""
+        return {f"{prefix}carried": self.carried}, {f"{prefix}total": int(self.total),
+                                                    f"{prefix}entered": int(self.entered)}
+
+    @classmethod
+    def from_state(cls, prefix: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+                   ) -> "CarriedCounts | None":
+        """The carried counts of a checkpoint (None when it has none)."""
+        if f"{prefix}carried" not in arrays:
+            return None
+        return cls(np.array(arrays[f"{prefix}carried"]), int(meta[f"{prefix}total"]), int(meta[f"{prefix}entered"]))

@@ -1,0 +1,227 @@
+"""Checkpoint and resume (flower_topics.checkpoint): exact for lda, every method survives a crash, changes refused.
+
+A run writes ``checkpoint.npz`` after its vocabulary agreement and after every round, and
+``checkpoint-release.json`` before a round's messages go out. These tests stop runs at a
+chosen point (an exception where the ServerApp would die; and once a real ``flower-topics
+simulate`` process killed by its PID) and resume them with ``resume=<output-dir>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flower_topics.checkpoint import CHECKPOINT_FILE, RELEASE_FILE, load_checkpoint
+from flower_topics.client_app import make_client_app
+from flower_topics.errors import UserInputError
+from flower_topics.methods import METHODS
+from flower_topics.model_file import load_model
+from flower_topics.outputs import read_metrics
+from flower_topics.server_app import run_server
+from flower_topics.simulations.inprocess import InProcessGrid
+from flower_topics.wire.protocol import CONFIG
+from tests.test_method_contract import NEEDS, TINY
+
+
+class Crash(Exception):
+    """Where the ServerApp process would die."""
+
+
+class CrashingGrid(InProcessGrid):
+    """In-process nodes; the server 'dies' while round ``crash_round``'s training messages are on the wire.
+
+    The messages were configured (and ``checkpoint-release.json`` written) before the
+    crash: the parties released in that round and no reply came back.
+    """
+
+    crash_round = 0
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        for msg in messages:
+            if (msg.metadata.message_type.startswith("train.") and CONFIG in msg.content
+                    and int(msg.content[CONFIG]["server-round"]) == self.crash_round):
+                raise Crash(f"server died in round {self.crash_round}")
+        return super().send_and_receive(messages, timeout=timeout)
+
+
+def _config(method: str, out: Path, **extra) -> dict:
+    return {**TINY, "method": method, **NEEDS.get(method, {}), "output-dir": str(out), **extra}
+
+
+def _grid(config, crash_round=0, nodes=2) -> InProcessGrid:
+    grid = CrashingGrid.partitions(make_client_app(config), nodes, config)
+    grid.crash_round = crash_round
+    return grid
+
+
+def _state(directory: Path) -> dict[str, np.ndarray]:
+    with np.load(directory / "state.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+def test_lda_ten_rounds_equal_five_resumed_to_ten_array_for_array(tmp_path):
+    """Parties that keep their context.state (the same nodes): the resumed run is the uninterrupted one."""
+    config = _config("lda", tmp_path / "full", **{"num-rounds": 10, "eval-every": 5})
+    run_server(_grid(config), config)
+    half = _config("lda", tmp_path / "half", **{"num-rounds": 5, "eval-every": 5})
+    grid = _grid(half)
+    run_server(grid, half)
+    assert load_checkpoint(tmp_path / "half").round == 5
+    resumed = {**half, "num-rounds": 10, "resume": str(tmp_path / "half"), "output-dir": str(tmp_path / "resumed")}
+    model = run_server(grid, resumed)
+    full, again = _state(tmp_path / "full"), _state(tmp_path / "resumed")
+    assert full.keys() == again.keys()
+    for key in full:
+        assert np.array_equal(full[key], again[key]), key
+    np.testing.assert_array_equal(load_model(tmp_path / "full" / "model.npz").topic_word, model.topic_word)
+    rows = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == list(range(1, 11))  # rounds 1-5 carried over, 6-10 continued
+    assert model.metadata["rounds"] == 10 and model.metadata["resumed"]["after_round"] == 5
+    assert rows[-1]["privacy"]["rounds"] == 10
+    full_rows = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    assert [r["bytes_sent"] for r in rows] == [r["bytes_sent"] for r in full_rows]
+
+
+def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
+    """Fresh nodes (as in a new Flower run) send their whole counts again; the carried counts retire at once."""
+    from flower_topics.client_app import agreed_documents, data_config
+
+    config = _config("lda", tmp_path / "run", **{"num-rounds": 5})
+    with pytest.raises(Crash):
+        run_server(_grid(config, crash_round=4), config)
+    resumed = {**config, "resume": str(tmp_path / "run")}
+    grid = _grid(resumed)  # fresh contexts: every party restarts
+    run_server(grid, resumed)
+    counts = _state(tmp_path / "run")["topic-word-counts"]
+    training = [agreed_documents(grid.contexts[n], data_config(resumed)).training for n in grid.contexts]
+    np.testing.assert_array_equal(counts.sum(axis=0), sum(np.bincount(t.tokens, minlength=counts.shape[1])
+                                                          for t in training))  # every token once, none twice
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[3]["carried_share"] == 0.0 and "carried_share" not in rows[4]
+    assert rows[-1]["privacy"]["rounds"] == 6  # the round lost to the crash counts too
+
+
+def _uninterrupted(method: str, tmp_path: Path, rounds: int, extra: dict) -> dict:
+    config = _config(method, tmp_path / f"{method}-full", **{"num-rounds": rounds, **extra})
+    return run_server(_grid(config), config).metadata["privacy"]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_survives_a_crash_and_counts_every_release(method, tmp_path):
+    """Crash while round 3's messages are out (rounds 1-2 checkpointed); resume on fresh nodes to 4 rounds."""
+    rounds, extra = 4, ({"ntm.dp": True, "ntm.batch-size": 8} if method == "ntm" else {})
+    config = _config(method, tmp_path / "run", **{"num-rounds": rounds, **extra})
+    with pytest.raises(Crash):
+        run_server(_grid(config, crash_round=3), config)
+    checkpoint = load_checkpoint(tmp_path / "run")
+    assert checkpoint.round == 2 and checkpoint.lost_release["round"] == 3
+    assert not (tmp_path / "run" / "model.npz").exists()
+    started = time.time()
+    model = run_server(_grid(config), {**config, "resume": str(tmp_path / "run")})
+    seconds = time.time() - started
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]  # no round lost, none twice
+    assert model.metadata["rounds"] == rounds
+    assert model.topic_word.shape[1] == len(model.vocabulary) and np.all(np.isfinite(model.topic_word))
+    np.testing.assert_allclose(model.topic_word.sum(axis=1), 1.0, atol=1e-6)
+    if method != "ftm":  # FTM's global model has the K* topics its merge produced
+        assert model.topic_word.shape[0] == TINY["num-topics"]
+    report, reference = model.metadata["privacy"], _uninterrupted(method, tmp_path, rounds, extra)
+    assert report["rounds"] >= reference["rounds"] + 1  # the lost round 3 was released: it counts
+    if reference["epsilon"] is not None:
+        assert report["epsilon"] >= reference["epsilon"] - 1e-9
+    assert model.metadata["resumed"]["seconds_to_resume"] < seconds
+
+
+@pytest.mark.parametrize("change, what", [
+    ({"method": "pctd"}, "method"),
+    ({"vocabulary-max-words": 5}, "vocabulary-max-words"),
+    ({"min-df": 3}, "min-df"),
+    ({"fedlda.epsilon": 3.0}, "fedlda.epsilon"),
+])
+def test_a_resume_that_changes_method_vocabulary_or_privacy_is_refused_in_one_line(change, what, tmp_path):
+    base = _config("fedlda", tmp_path / "run", **{"num-rounds": 2})
+    run_server(_grid(base), base)
+    sent = []
+
+    class Watching(CrashingGrid):
+        def send_and_receive(self, messages, *, timeout=None):
+            sent.extend(messages)
+            return super().send_and_receive(messages, timeout=timeout)
+
+    config = {**base, **change, "num-rounds": 4, "resume": str(tmp_path / "run"), "output-dir": str(tmp_path / "b")}
+    with pytest.raises(UserInputError) as info:
+        run_server(Watching.partitions(make_client_app(config), 2, config), config)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("resume refused") and what in message
+    assert not sent and not (tmp_path / "b").exists()  # refused before anything was sent or written
+
+
+def test_dplda_refuses_a_new_num_rounds_and_a_missing_checkpoint(tmp_path):
+    config = _config("dplda", tmp_path / "run", **{"num-rounds": 2})
+    run_server(_grid(config), config)
+    with pytest.raises(UserInputError, match="calibrates its noise"):
+        run_server(_grid(config), {**config, "num-rounds": 3, "resume": str(tmp_path / "run"),
+                                   "output-dir": str(tmp_path / "b")})
+    with pytest.raises(UserInputError, match="holds no checkpoint.npz"):
+        run_server(_grid(config), {**config, "resume": str(tmp_path / "nothing")})
+
+
+def test_the_checkpoint_is_one_npz_without_pickle_and_written_every_round(tmp_path):
+    config = _config("ntm", tmp_path / "run", **{"num-rounds": 2})
+    run_server(_grid(config), config)
+    with np.load(tmp_path / "run" / CHECKPOINT_FILE, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        assert meta["round"] == 2 and meta["config"]["num-rounds"] == 2 and meta["vocabulary"]
+        assert any(k.startswith("strategy/ntm-optimizer-") for k in data.files)  # Adam's moments
+        assert any(k.startswith("global/") for k in data.files)
+    assert json.loads((tmp_path / "run" / RELEASE_FILE).read_text())["round"] == 2
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_a_killed_simulate_process_resumes_from_its_last_checkpoint(tmp_path):
+    """A real ServerApp process (flower-topics simulate, the simulation engine) killed by its PID after round 2."""
+    out = tmp_path / "run"
+    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_HOME": str(tmp_path / "flwr")}
+    common = ["--clients", "2", "--topics", "4", "--dataset", "synthetic", "--out", str(out),
+              "--set", "synthetic-nodes=2", "--set", "synthetic-vocab-size=40", "--set", "synthetic-topics=4",
+              "--set", "synthetic-shared-topics=2", "--set", "synthetic-docs-per-node=20",
+              "--set", "synthetic-doc-min-length=15", "--set", "synthetic-doc-max-length=20",
+              "--set", "eval-iterations=20", "--set", "lda.local-sweeps=200"]
+    command = [sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--rounds", "6", *common]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if (out / CHECKPOINT_FILE).exists() and load_checkpoint(out).round >= 2:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before round 2's checkpoint"
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole process group: the ServerApp and its SuperLink
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    killed_at = load_checkpoint(out).round
+    assert 2 <= killed_at < 6 and not (out / "model.npz").exists()
+    started = time.time()
+    resumed = subprocess.run([sys.executable, "-m", "flower_topics.cli", "simulate", "--resume", str(out),
+                              "--clients", "2"], env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = read_metrics(out / "metrics.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    model = load_model(out / "model.npz")
+    assert model.metadata["resumed"]["after_round"] == killed_at and model.metadata["privacy"]["rounds"] >= 6
+    print(f"killed after round {killed_at}; resumed run took {time.time() - started:.1f} s, "
+          f"{model.metadata['resumed']['seconds_to_resume']:.2f} s to resume, 0 rounds lost")
