@@ -366,6 +366,18 @@ def test_hostile_files_are_one_line_naming_file_and_line(tmp_path, name, content
     assert fragment in one_line(error.value, name)
 
 
+def test_a_fifo_or_a_device_is_refused_not_read_forever(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer that never comes
+    (tmp_path / "zero.csv").symlink_to("/dev/zero")  # reading it would never end
+    for path in (fifo, tmp_path / "zero.csv"):
+        with pytest.raises(UserInputError) as error:
+            load_corpus(path)
+        assert "is not a regular file or a folder" in one_line(error.value, path.name)
+
+
 def test_a_missing_column_names_the_columns_and_the_label_column_stays_optional(tmp_path):
     path = tmp_path / "c.csv"
     path.write_bytes(_csv_rows([["id", "body"], ["1", "cat dog"]]))

@@ -81,6 +81,8 @@ def load_corpus(
         path = path.parent
     if path.is_dir() and (path / OCTIS_CORPUS).is_file():
         return read_octis(path)
+    if not path.is_dir() and not path.is_file():  # a FIFO or a device (a link to /dev/zero) would never end
+        raise UserInputError(f"corpus {path} is not a regular file or a folder; pass {FORMATS_HINT}")
     config = preprocess_config or PreprocessConfig()
     if path.is_dir():
         texts, labels = read_text_folder(path)
