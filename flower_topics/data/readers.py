@@ -7,12 +7,12 @@ preprocessed and are used as they are; raw text goes through :func:`preprocess`.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import logging
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -290,18 +290,25 @@ def read_csv(
     path = Path(path)
     limit = csv.field_size_limit()
     csv.field_size_limit(max(limit, 2**31 - 1))  # long documents are normal; the default stops at 128 KiB
-    text = _read_text(path, newline="")  # the whole file decoded first: a decoding error names its true byte
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    try:
-        rows = list(reader)
+    try:  # streamed: a large file is held once, as rows
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            reader = csv.reader(_without_nul(path, fh), strict=True)
+            rows = list(reader)
     except csv.Error as exc:
         raise UserInputError(
             f"{path} is not valid CSV (line {reader.line_num}: {exc}); quote fields that hold commas, quotes or "
             "newlines, and double the quotes inside a quoted field"
         ) from None
+    except UnicodeDecodeError:  # its offset is within the decoder's chunk: decode the whole file for the true one
+        try:
+            path.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(path, exc) from None
+        raise
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
     finally:
         csv.field_size_limit(limit)
-    del text
     if not rows:
         raise UserInputError(
             f"{path} is empty; it needs a header row naming a {text_column!r} column, then one row per document"
@@ -363,12 +370,12 @@ def read_text_folder(folder: str | os.PathLike[str]) -> tuple[list[str], list[st
     return texts, None if all(at_top) else parents
 
 
-def _read_text(path: Path, newline: str | None = None) -> str:
+def _read_text(path: Path) -> str:
     """The UTF-8 content of ``path`` (a UTF-8 byte-order mark dropped), a UserInputError if it cannot be
     read, is not UTF-8, or holds a NUL character (binary data, or UTF-16 text without a byte-order mark,
     both of which decode as UTF-8 without an error)."""
     try:
-        with open(path, encoding="utf-8-sig", newline=newline) as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             text = fh.read()
     except UnicodeDecodeError as exc:
         raise _not_utf8(path, exc) from None
@@ -380,6 +387,15 @@ def _read_text(path: Path, newline: str | None = None) -> str:
         raise UserInputError(f"{path} line {line} holds a NUL character: it is binary data or UTF-16, not UTF-8 text; "
                              "convert it to UTF-8")
     return text
+
+
+def _without_nul(path: Path, lines: Iterable[str]) -> Iterator[str]:
+    """``lines``, with a UserInputError at the first that holds a NUL character (see :func:`_read_text`)."""
+    for number, line in enumerate(lines, start=1):
+        if "\0" in line:
+            raise UserInputError(f"{path} line {number} holds a NUL character: it is binary data or UTF-16, not UTF-8 "
+                                 "text; convert it to UTF-8")
+        yield line
 
 
 def _lines(text: str) -> list[str]:
