@@ -80,14 +80,16 @@ class RoundRecorder:
         self.started = time.time()
         self.num_rounds = int(config["num-rounds"])
         self.last: dict[str, Any] = {}  # the latest value of every metric (evaluation rounds included)
+        self.restore_seconds: float | None = None
         self.resume_seconds: float | None = None
 
-    def resumed(self, rows: Sequence[Mapping[str, Any]], seconds: float) -> None:
+    def resumed(self, rows: Sequence[Mapping[str, Any]], restore_seconds: float, resume_seconds: float) -> None:
         """Continue after the rounds of ``rows`` (the interrupted run's metrics): the wall time goes on from
-        its last line, and the summary's metrics start from them. ``seconds``: the time the resume took."""
+        its last line, and the summary's metrics start from them. ``restore_seconds``: reading the checkpoint
+        and restoring the strategy; ``resume_seconds``: until the parties held the vocabulary again."""
         for row in rows:
             self.last = {**self.last, **row}
-        self.resume_seconds = seconds
+        self.restore_seconds, self.resume_seconds = restore_seconds, resume_seconds
         if rows and isinstance(rows[-1].get("wall_time"), (int, float)):
             self.started = time.time() - float(rows[-1]["wall_time"])
 
@@ -191,15 +193,17 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     else:
         resume_strategy(strategy, checkpoint)
         initial = array_record(checkpoint.global_arrays)
+        restored = time.time() - started
         strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
     truth = synthetic_truth(config, agreement)
     data = agreement.data_source(str(config["dataset"]))  # the parties' own files unless all hold shares
     recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
     if checkpoint is not None:
-        recorder.resumed(read_metrics(outputs.metrics_path), time.time() - started)
-        console.say("flower-topics: resumed %s after round %d of %d (%.2f s to resume)%s", config["resume"],
-                    checkpoint.round, int(config["num-rounds"]), recorder.resume_seconds,
-                    "; a round released after it was lost and is counted" if checkpoint.lost_release else "")
+        recorder.resumed(read_metrics(outputs.metrics_path), restored, time.time() - started)
+        console.say("flower-topics: resumed %s after round %d of %d (checkpoint restored in %.2f s, parties "
+                    "ready after %.2f s)%s", config["resume"], checkpoint.round, int(config["num-rounds"]),
+                    restored, recorder.resume_seconds,
+                    "; a round released after it was lost is counted" if checkpoint.lost_release else "")
     console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
                 config["method"], int(config["num-topics"]), int(config["num-rounds"]), data,
                 len(agreement.vocabulary), agreement.mode, agreement.nodes)
@@ -234,8 +238,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
             "vocabulary_agreement": agreement.summary(),
             "wall_time": time.time() - recorder.started,
             "engine": "flower",
-            **({} if checkpoint is None else {"resumed": {"from": str(config["resume"]), "after_round": start_round,
-                                                          "seconds_to_resume": recorder.resume_seconds}}),
+            **({} if checkpoint is None else {"resumed": {
+                "from": str(config["resume"]), "after_round": start_round, "lost_release": checkpoint.lost_release,
+                "seconds_to_restore": recorder.restore_seconds, "seconds_to_resume": recorder.resume_seconds}}),
         },
     )
     outputs.write_model(model)
