@@ -21,6 +21,14 @@ from flower_topics.methods import METHODS
 from flower_topics.simulations.runner import MODES
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that the option was given (``--resume`` keeps the checkpoint's value otherwise)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: D102
+        setattr(namespace, self.dest, values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flower-topics", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,12 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--dataset", default=None,
                      help="a corpus path, 'embedded' (the default: real text shipped with the package) or 'synthetic'")
     sim.add_argument("--clients", type=int, required=True, help="number of clients (partitions)")
-    sim.add_argument("--partition", choices=PARTITION_SCHEMES, default=None, help="(default: label)")
+    sim.add_argument("--partition", choices=PARTITION_SCHEMES, default="label", action=_Given)
     sim.add_argument("--topics", type=int, help="number of topics K (required unless --resume)")
     sim.add_argument("--rounds", type=int,
                      help="number of rounds (required unless --resume, which continues to the checkpoint's total "
                           "or to this larger one)")
-    sim.add_argument("--seed", type=int, default=None, help="(default: 0)")
+    sim.add_argument("--seed", type=int, default=0, action=_Given)
     sim.add_argument("--mode", choices=MODES, default="federated",
                      help="federated (default: Flower's simulation engine through flwr run), centralized or local")
     sim.add_argument("--out", help="output directory (must not hold a run yet; required unless --resume, which "
@@ -109,8 +117,11 @@ def _simulate(args: argparse.Namespace) -> int:
                                        "resume"})
     if clashes:
         raise UserInputError(f"--set {', '.join(clashes)} duplicates a dedicated option; use that option instead")
-    dedicated = {"method": args.method, "dataset": args.dataset, "partition": args.partition,
-                 "num-topics": args.topics, "num-rounds": args.rounds, "seed": args.seed}
+    given = getattr(args, "given", set())
+    dedicated = {"method": args.method, "dataset": args.dataset,
+                 "partition": args.partition if "partition" in given or not args.resume else None,
+                 "num-topics": args.topics, "num-rounds": args.rounds,
+                 "seed": args.seed if "seed" in given or not args.resume else None}
     if args.resume:
         run_config, out = _resume_config(args, overrides, dedicated)
     else:
@@ -139,6 +150,10 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, str], dedicate
     run_config.update(overrides)
     run_config.update({k: v for k, v in dedicated.items() if v is not None})
     run_config["resume"] = str(Path(args.resume).expanduser().resolve())
+    from flower_topics.config import parse_run_config
+    from flower_topics.server_app import resume_checkpoint
+
+    resume_checkpoint(parse_run_config({**run_config, "output-dir": str(out)}))  # a refusal: one line, nothing started
     return run_config, out
 
 
