@@ -1,0 +1,127 @@
+"""Seconds and bytes per round of ``dplda`` with and without secure aggregation, at 5 and 50 parties.
+
+    python benchmarks/bench_secure_sum.py --out runs/secure-sum
+
+Simulation, in this process, through the package's ServerApp and ClientApp (the secure sum's
+real key agreement, Shamir shares, encryption and AES masks; only the network is missing):
+the synthetic LDA corpus (each party its own topics), one node per party (100 documents of 50-100 tokens each), K = 20,
+V = 5,000 (a statistic of 100,000 cells, as debian_large's), a public vocabulary file,
+tolerance T = 1. The figures are the medians over rounds 2 to ``--rounds`` of
+``metrics.jsonl`` (round 1 holds the parties' start-up). In one process every party's work
+runs one after the other, so a second table times the secure sum alone (100,000 cells):
+the work of one party (keys, shares, masking, unmask) and of the server (relay and
+unmasking), which on real hosts run in parallel. Writes ``results.md`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dplda_quality import train  # noqa: E402
+
+from flower_topics.config import parse_run_config  # noqa: E402
+from flower_topics.data.prepare import synthetic_config  # noqa: E402
+from flower_topics.data.synthetic import make_synthetic_corpus  # noqa: E402
+
+
+class _TimedGrid:
+    """The parties of :mod:`flower_topics.secure_sum.party` in this process, each one's time kept apart."""
+
+    def __init__(self, nodes):
+        from flwr.app import RecordDict
+
+        self.states = {n: RecordDict() for n in nodes}
+        self.party_seconds = 0.0
+
+    def send_and_receive(self, messages, timeout=None):
+        from flwr.app import ConfigRecord, Message, RecordDict
+        from flwr.supercore.task_identity import TaskIdentity
+
+        from flower_topics.secure_sum import party
+        from flower_topics.wire.protocol import CONFIG
+
+        replies = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            started = time.perf_counter()
+            answer = party.answer(self.states[node], node, msg.content[CONFIG])
+            self.party_seconds += time.perf_counter() - started
+            TaskIdentity.node_id = node
+            replies.append(Message(content=RecordDict({CONFIG: ConfigRecord(answer)}), reply_to=msg))
+            TaskIdentity.node_id = 0
+        return replies
+
+
+def secure_sum_alone(parties: int, cells: int = 100_000) -> tuple[float, float]:
+    """Seconds of one party and of the server for one secure sum of ``cells`` integers over ``parties``."""
+    from flower_topics.secure_sum import party
+    from flower_topics.secure_sum.protocol import SecureSumSettings
+    from flower_topics.secure_sum.server import SecureRound
+    from flower_topics.simulations.inprocess import as_server
+
+    as_server()
+    nodes = list(range(101, 101 + parties))
+    grid = _TimedGrid(nodes)
+    started = time.perf_counter()
+    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=1), server_round=1, timeout=60)
+    records = secure.setup()
+    masked = {}
+    for node, record in records.items():
+        values = np.random.default_rng(node).integers(-1000, 1000, size=cells)
+        t0 = time.perf_counter()
+        masked[node] = party.mask_update(grid.states[node], node, record, values)
+        grid.party_seconds += time.perf_counter() - t0
+    secure.unmask(masked)
+    total = time.perf_counter() - started
+    return grid.party_seconds / parties, total - grid.party_seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--parties", type=int, nargs="+", default=[5, 50])
+    args = parser.parse_args()
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["| parties | secure aggregation | s / round | MB sent / round | MB received / round |",
+             "|---|---|---|---|---|"]
+    for parties in args.parties:
+        base = {"dataset": "synthetic", "synthetic-nodes": parties, "synthetic-topics": parties * -(-20 // parties),
+                "synthetic-shared-topics": 0, "synthetic-vocab-size": 5000, "synthetic-docs-per-node": 100,
+                "synthetic-doc-min-length": 50, "synthetic-doc-max-length": 100, "num-topics": 20,
+                "method": "dplda", "dplda.epsilon": 4.0, "dplda.init": "random", "federated-eval": False,
+                "num-rounds": args.rounds, "seed": 0}
+        vocabulary = out / f"vocabulary-{parties}.txt"
+        corpus = make_synthetic_corpus(synthetic_config(parse_run_config({**base, "method": "lda"})), seed=0).corpus
+        vocabulary.write_text("\n".join(corpus.vocabulary) + "\n")
+        for secure in (False, True):
+            name = f"p{parties}-{'secure' if secure else 'plain'}"
+            started = time.time()
+            train({**base, "vocabulary": str(vocabulary), "secure-aggregation": secure}, out / name, parties)
+            rows = [json.loads(line) for line in (out / name / "metrics.jsonl").open()]
+            seconds = float(np.median(np.diff([row["wall_time"] for row in rows])[1:]))
+            sent = float(np.median([row["bytes_sent"] for row in rows[1:]])) / 1e6
+            received = float(np.median([row["bytes_received"] for row in rows[1:]])) / 1e6
+            lines.append(f"| {parties} | {'yes' if secure else 'no'} | {seconds:.2f} | {sent:.1f} | {received:.1f} |")
+            print(lines[-1], f"(whole run {time.time() - started:.0f} s)", flush=True)
+    lines += ["", "| parties | one party's seconds | server's seconds |", "|---|---|---|"]
+    for parties in args.parties:
+        one, server = secure_sum_alone(parties)
+        lines.append(f"| {parties} | {one:.2f} | {server:.2f} |")
+        print(lines[-1], flush=True)
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
