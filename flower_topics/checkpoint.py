@@ -35,6 +35,7 @@ import math
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,7 +86,10 @@ class Checkpoint:
         The strategy's state that is not an array (JSON).
     lost_release : dict or None
         A round sent to the parties after this checkpoint and lost to a crash
-        (``{"round": r, "nodes": [...], ...}``), or None.
+        (``{"round": r, "nodes": [...], "id": ..., ...}``), or None.
+    absorbed : list of str
+        The ids of the lost releases this checkpoint's state already counts (a journal
+        with one of them is not counted again).
     """
 
     round: int
@@ -96,6 +100,7 @@ class Checkpoint:
     strategy_arrays: dict[str, np.ndarray] = field(default_factory=dict)
     strategy_meta: dict[str, Any] = field(default_factory=dict)
     lost_release: dict[str, Any] | None = None
+    absorbed: list[str] = field(default_factory=list)
 
 
 def _plain(value: Any) -> Any:
@@ -265,12 +270,17 @@ def send_vocabulary(grid: Grid, vocabulary: Sequence[str], min_nodes: int, timeo
 
 # ---------------------------------------------------------------------------------------------- files
 def save_checkpoint(directory: str | os.PathLike[str], server_round: int, config: Mapping[str, Any],
-                    agreement: "Agreement", strategy: "TopicStrategy", arrays: ArrayRecord) -> Path:
-    """Write ``checkpoint.npz`` for the state after ``server_round`` (atomically: temp file + ``os.replace``)."""
+                    agreement: "Agreement", strategy: "TopicStrategy", arrays: ArrayRecord,
+                    absorbed: Sequence[str] = ()) -> Path:
+    """Write ``checkpoint.npz`` for the state after ``server_round`` (atomically: temp file + ``os.replace``).
+
+    ``absorbed``: the ids of lost releases (``checkpoint-release.json``) the strategy's state counts already.
+    """
     own_arrays, strategy_meta = strategy_state(strategy)
     meta = {"format": FORMAT, "round": int(server_round), "method": str(config["method"]),
             "config": _plain(dict(config)), "vocabulary": list(agreement.vocabulary),
-            "agreement": agreement_state(agreement), "strategy": strategy_meta, "written": time.time()}
+            "agreement": agreement_state(agreement), "strategy": strategy_meta, "absorbed": list(absorbed),
+            "written": time.time()}
     payload: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
     payload.update({GLOBAL_PREFIX + k: np.asarray(a.numpy()) for k, a in arrays.items()})
     payload.update({STRATEGY_PREFIX + k: np.asarray(v) for k, v in own_arrays.items()})
@@ -281,7 +291,8 @@ def write_release(directory: str | os.PathLike[str], server_round: int, nodes: S
                   extra: Mapping[str, Any] | None = None) -> Path:
     """Record, before a round's messages go out, that round ``server_round`` is released to ``nodes``."""
     path = Path(directory) / RELEASE_FILE
-    body = json.dumps({"round": int(server_round), "nodes": [int(n) for n in nodes], **_plain(dict(extra or {}))})
+    body = json.dumps({"round": int(server_round), "nodes": [int(n) for n in nodes], "id": uuid.uuid4().hex,
+                       **_plain(dict(extra or {}))})
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-release-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -320,14 +331,14 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
     checkpoint = Checkpoint(round=int(meta["round"]), config=dict(meta["config"]),
                             vocabulary=tuple(meta["vocabulary"]), agreement=dict(meta["agreement"]),
                             global_arrays=global_arrays, strategy_arrays=strategy_arrays,
-                            strategy_meta=dict(meta["strategy"]))
+                            strategy_meta=dict(meta["strategy"]), absorbed=list(meta.get("absorbed", [])))
     release = directory / RELEASE_FILE
     if release.is_file():
         try:
             record = json.loads(release.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise UserInputError(f"resume: {release} is not readable ({exc})") from None
-        if int(record.get("round", 0)) > checkpoint.round:
+        if int(record.get("round", 0)) > checkpoint.round and record.get("id") not in checkpoint.absorbed:
             checkpoint.lost_release = record
     return checkpoint
 

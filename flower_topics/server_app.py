@@ -187,12 +187,16 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_vocabulary(agreement.vocabulary)
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
+    absorbed: list[str] = []  # lost releases the strategy's state counts (never counted twice)
     if checkpoint is None:
         initial = strategy.initial_arrays()
         save_checkpoint(outputs.directory, 0, config, agreement, strategy, initial)
     else:
         resume_strategy(strategy, checkpoint)
         initial = array_record(checkpoint.global_arrays)
+        absorbed = [*checkpoint.absorbed, *([checkpoint.lost_release["id"]] if checkpoint.lost_release else [])]
+        # the lost release is in the state now: a crash before the next round's checkpoint must not lose it
+        save_checkpoint(outputs.directory, start_round, config, agreement, strategy, initial, absorbed)
         restored = time.time() - started
         strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
     truth = synthetic_truth(config, agreement)
@@ -212,7 +216,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
 
     def record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         metrics = recorder(server_round, arrays)
-        save_checkpoint(outputs.directory, server_round, config, agreement, strategy, arrays)
+        save_checkpoint(outputs.directory, server_round, config, agreement, strategy, arrays, absorbed)
         latest[0] = arrays
         return metrics
 

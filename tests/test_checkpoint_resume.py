@@ -69,11 +69,15 @@ def _state(directory: Path) -> dict[str, np.ndarray]:
 
 
 def test_lda_ten_rounds_equal_five_resumed_to_ten_array_for_array(tmp_path):
-    """Parties that keep their context.state (the same nodes): the resumed run is the uninterrupted one."""
-    config = _config("lda", tmp_path / "full", **{"num-rounds": 10, "eval-every": 5})
-    run_server(_grid(config), config)
-    half = _config("lda", tmp_path / "half", **{"num-rounds": 5, "eval-every": 5})
-    grid = _grid(half)
+    """Parties that keep their context.state (the same nodes): the resumed run is the uninterrupted one.
+
+    Two of three nodes a round: the resumed rounds sample the nodes the uninterrupted run sampled
+    (the sampling is seeded by (seed, round), no random state is saved)."""
+    sampling = {"eval-every": 5, "fraction-train": 0.6}
+    config = _config("lda", tmp_path / "full", **{"num-rounds": 10, **sampling})
+    run_server(_grid(config, nodes=3), config)
+    half = _config("lda", tmp_path / "half", **{"num-rounds": 5, **sampling})
+    grid = _grid(half, nodes=3)
     run_server(grid, half)
     assert load_checkpoint(tmp_path / "half").round == 5
     resumed = {**half, "num-rounds": 10, "resume": str(tmp_path / "half"), "output-dir": str(tmp_path / "resumed")}
@@ -89,6 +93,7 @@ def test_lda_ten_rounds_equal_five_resumed_to_ten_array_for_array(tmp_path):
     assert rows[-1]["privacy"]["rounds"] == 10
     full_rows = read_metrics(tmp_path / "full" / "metrics.jsonl")
     assert [r["bytes_sent"] for r in rows] == [r["bytes_sent"] for r in full_rows]
+    assert {r["nodes_sampled"] for r in rows} == {2}
 
 
 def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
@@ -99,6 +104,8 @@ def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
     with pytest.raises(Crash):
         run_server(_grid(config, crash_round=4), config)
     resumed = {**config, "resume": str(tmp_path / "run")}
+    with pytest.raises(Crash):  # and once more in the same round, after the resume
+        run_server(_grid(resumed, crash_round=4), resumed)
     grid = _grid(resumed)  # fresh contexts: every party restarts
     run_server(grid, resumed)
     counts = _state(tmp_path / "run")["topic-word-counts"]
@@ -108,7 +115,7 @@ def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[3]["carried_share"] == 0.0 and "carried_share" not in rows[4]
-    assert rows[-1]["privacy"]["rounds"] == 6  # the round lost to the crash counts too
+    assert rows[-1]["privacy"]["rounds"] == 7  # both releases of round 4 lost to a crash count too
 
 
 def _uninterrupted(method: str, tmp_path: Path, rounds: int, extra: dict) -> dict:
