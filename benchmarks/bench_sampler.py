@@ -104,7 +104,8 @@ def main() -> None:
             for label, ours in rates.items():
                 row = {
                     "dataset": dataset, "tokens": corpus.n_tokens, "topics": k, "sweeps": sweeps,
-                    "repeats": args.repeats, "kernel": label, "auto_kernel": choose_kernel(k),
+                    "repeats": args.repeats, "kernel": label,
+                    "auto_kernel": choose_kernel(k, corpus.n_tokens / corpus.n_docs),
                     "ours": ours, "tomotopy": theirs,
                     "ours_cpu": cpu_rates[label], "tomotopy_cpu": theirs_cpu,
                     "ratio_best_cpu": max(cpu_rates[label]) / max(theirs_cpu),

@@ -160,13 +160,17 @@ def test_inconsistent_counts_are_refused(kernel):
         s.sweep(s.topic_word_counts().astype(np.int64))
 
 
-def test_kernel_is_chosen_by_the_number_of_topics():
-    corpus = Corpus.from_documents([[0, 1, 1]], ["a", "b"])
-    assert CollapsedGibbs(corpus, SPARSE_MIN_TOPICS - 1, 0.1, 0.01, seed=0).kernel == "dense"
-    assert CollapsedGibbs(corpus, SPARSE_MIN_TOPICS, 0.1, 0.01, seed=0).kernel == "sparse"
-    assert choose_kernel(1000) == "sparse"
+def test_kernel_is_chosen_by_topics_and_document_length():
+    short = Corpus.from_documents([[0, 1, 1]], ["a", "b"])
+    assert CollapsedGibbs(short, SPARSE_MIN_TOPICS - 1, 0.1, 0.01, seed=0).kernel == "dense"
+    assert CollapsedGibbs(short, SPARSE_MIN_TOPICS, 0.1, 0.01, seed=0).kernel == "sparse"
+    long_docs = Corpus.from_documents([[0, 1] * 60], ["a", "b"])  # 120 tokens a document, like BBC_News
+    assert CollapsedGibbs(long_docs, 200, 0.1, 0.01, seed=0).kernel == "dense"
+    assert CollapsedGibbs(long_docs, 240, 0.1, 0.01, seed=0).kernel == "sparse"
+    assert choose_kernel(1000, 120.0) == "sparse"
+    assert CollapsedGibbs(long_docs, 1000, 0.1, 0.01, seed=0, kernel="dense").kernel == "dense"
     with pytest.raises(ValueError, match="kernel must be one of"):
-        CollapsedGibbs(corpus, 2, 0.1, 0.01, seed=0, kernel="alias")
+        CollapsedGibbs(short, 2, 0.1, 0.01, seed=0, kernel="alias")
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -9,8 +9,8 @@ trainer (counts of one corpus) and the federated client, which conditions on the
 *global* counts of all clients and updates its copy in place as its own tokens
 move (AD-LDA, Newman et al. 2009, eq. 1-3).
 
-Two exact kernels draw from that conditional (:data:`KERNELS`; ``"auto"`` picks by K,
-see :data:`SPARSE_MIN_TOPICS`):
+Two exact kernels draw from that conditional (:data:`KERNELS`; ``"auto"`` picks by K
+and the mean document length, see :func:`choose_kernel`):
 
 - ``"dense"``: the conditional of all K topics, O(K) per token, in document order.
   Fastest at small K.
@@ -48,9 +48,14 @@ from flower_topics.models.topic_word import normalize_rows
 #: The sampling kernels; both draw every token from its exact full conditional.
 KERNELS = ("auto", "dense", "sparse")
 
-#: ``kernel="auto"`` uses the sparse kernel from this many topics on (measured with
-#: ``benchmarks/bench_sampler.py --kernels``, docs/results.md).
+#: ``kernel="auto"`` uses the sparse kernel from ``max(SPARSE_MIN_TOPICS,
+#: SPARSE_PER_DOC_LENGTH x mean document length)`` topics on: the sparse kernel's work per
+#: token grows with the topics a document holds (at most its length), the dense kernel's
+#: with K. Measured crossovers (``benchmarks/bench_sampler.py --kernels dense sparse``,
+#: docs/results.md): M10 (6 tokens a document) between K 50 and 100, debian_large (40)
+#: about 100, BBC_News (120) between 200 and 300.
 SPARSE_MIN_TOPICS = 64
+SPARSE_PER_DOC_LENGTH = 2.0
 
 
 #: Reassociation lets LLVM vectorize the sums over topics; every draw still comes from the
@@ -299,9 +304,23 @@ _NOT_OWN = ("n_kw does not contain this corpus's own topic-word counts; "
             "the counts the sampler conditions on must include its current assignments")
 
 
-def choose_kernel(n_topics: int) -> str:
-    """The kernel ``"auto"`` uses at ``n_topics`` topics: dense below :data:`SPARSE_MIN_TOPICS`, else sparse."""
-    return "sparse" if n_topics >= SPARSE_MIN_TOPICS else "dense"
+def choose_kernel(n_topics: int, mean_doc_length: float = 0.0) -> str:
+    """The kernel ``"auto"`` picks: ``"sparse"`` from ``max(SPARSE_MIN_TOPICS, SPARSE_PER_DOC_LENGTH * mean_doc_length)`` topics on, else ``"dense"``.
+
+    Parameters
+    ----------
+    n_topics : int
+        Number of topics K.
+    mean_doc_length : float
+        Mean number of tokens of the corpus's documents.
+
+    Returns
+    -------
+    str
+        ``"dense"`` or ``"sparse"``.
+    """
+    threshold = max(SPARSE_MIN_TOPICS, SPARSE_PER_DOC_LENGTH * mean_doc_length)
+    return "sparse" if n_topics >= threshold else "dense"
 
 
 class CollapsedGibbs:
@@ -323,7 +342,7 @@ class CollapsedGibbs:
         Topic of each token to start from; drawn uniformly when omitted.
     kernel : {"auto", "dense", "sparse"}
         Sampling kernel (:data:`KERNELS`); both are exact. ``"auto"`` takes
-        :func:`choose_kernel` of ``n_topics``.
+        :func:`choose_kernel` of ``n_topics`` and the corpus's mean document length.
 
     Attributes
     ----------
@@ -356,7 +375,8 @@ class CollapsedGibbs:
         self.beta = float(beta)
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
         self._n_topics = int(n_topics)
-        self.kernel = choose_kernel(self._n_topics) if kernel == "auto" else kernel
+        mean_length = corpus.n_tokens / max(corpus.n_docs, 1)
+        self.kernel = choose_kernel(self._n_topics, mean_length) if kernel == "auto" else kernel
         if z is None:
             z = self.rng.integers(0, n_topics, size=corpus.n_tokens, dtype=np.int32)
         z = np.ascontiguousarray(z, dtype=np.int32)
