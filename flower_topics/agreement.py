@@ -15,6 +15,9 @@ public file) in one of three modes, the run config's ``vocabulary``:
   perturbs its own counts with its secret randomness and releases only the words above the
   threshold; the server sums the noisy counts and applies ``min-df`` (as a count) and
   ``max-vocab``. The (eps, delta) per document enters the run's privacy report;
+  With ``secure-aggregation=true`` the parties instead count over a public candidate list and
+  the server sees only the sum, noised once with shared Skellam noise and cut once
+  (:mod:`flower_topics.privacy.secure_vocabulary`);
 - a path: a public vocabulary file (one word per line) every party is given; the server
   reads it, and no candidate leaves a party.
 
@@ -39,6 +42,7 @@ from flower_topics.data.prepare import preprocess_config
 from flower_topics.errors import UserInputError
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.privacy.set_union import privacy_summary
+from flower_topics.secure_sum.protocol import MASKED_KEY
 from flower_topics.strategies.base import FederationError, error_reason, wait_for_nodes
 from flower_topics.wire import agreement as wire
 from flower_topics.wire.protocol import (
@@ -134,7 +138,10 @@ def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float |
     excluded: dict[int, str] = {}
     sent = received = 0
     privacy = None
-    if mode in wire.MODES:
+    if mode == "private" and bool(config["secure-aggregation"]):
+        vocabulary, privacy, nodes, stage_sent, stage_received = _secure_private(grid, config, nodes, excluded, timeout)
+        sent, received = sent + stage_sent, received + stage_received
+    elif mode in wire.MODES:
         private = mode == "private"
         settings = _candidate_settings(config) if private else {}
         messages = [Message(RecordDict({CONFIG: ConfigRecord({"mode": mode, **settings})}), dst_node_id=n,
@@ -251,6 +258,60 @@ def read_vocabulary_file(path: str) -> tuple[str, ...]:
     if len(set(words)) != len(words):
         raise UserInputError(f"vocabulary file {path!r} lists some words more than once")
     return tuple(words)
+
+
+def _secure_private(grid: Grid, config: Mapping[str, Any], nodes: list[int], excluded: dict[int, str],
+                    timeout: float | None) -> tuple[tuple[str, ...], PrivacyReport, list[int], int, int]:
+    """``private`` under secure aggregation: the masked sum of the parties' bounded document frequencies over
+    the public candidates, Skellam noise shared, one central cut (:mod:`flower_topics.privacy.secure_vocabulary`).
+
+    Returns the vocabulary, its privacy report, the nodes whose counts are in the sum, and the bytes sent and
+    received.
+    """
+    from flower_topics.privacy import secure_vocabulary
+    from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
+    from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
+    from flower_topics.strategies.base import masked_spec
+    from flower_topics.wire.protocol import ArraySpec, ReplySpec
+
+    candidates = secure_vocabulary.public_candidates(str(config["vocabulary-candidates"]))
+    settings = SecureSumSettings.from_config(config)
+    problem = settings.check_parties(len(nodes))
+    if problem:
+        raise UserInputError(f"vocabulary agreement: {problem}")
+    epsilon, delta = float(config["vocabulary-epsilon"]), float(config["vocabulary-delta"])
+    max_words = int(config["vocabulary-max-words"])
+    secure = SecureRound(grid, nodes, settings, server_round=0, timeout=600.0 if timeout is None else timeout)
+    spec = masked_spec(ReplySpec(wire.METHOD, {"counts": ArraySpec("integer", (len(candidates),))}), settings)
+    request = {"mode": "private", **_candidate_settings(config), "candidates": wire.join_words(candidates)}
+    sent = 0
+    try:
+        records = secure.setup()
+        messages = [Message(RecordDict({CONFIG: ConfigRecord(request), ROUND_RECORD: record}), dst_node_id=node,
+                            message_type=wire.CANDIDATES) for node, record in records.items()]
+        sent = sum(payload_bytes(m.content) for m in messages)
+        masked, received = {}, 0
+        for reply in grid.send_and_receive(messages, timeout=timeout):
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                excluded[node] = error_reason(reply)
+                continue
+            received += payload_bytes(reply.content)
+            try:
+                masked[node] = validate_reply(reply.content, spec)[0][MASKED_KEY]
+            except ReplyError as exc:
+                excluded[node] = f"masked counts rejected: {exc}"
+        noisy = secure.unmask(masked)
+    except SecureRoundFailed as exc:
+        raise FederationError(f"vocabulary agreement: {exc}") from None
+    prep = preprocess_config(config)
+    variance = len(masked) * secure_vocabulary.noise_variance(epsilon, delta, max_words) / settings.threshold(len(nodes))
+    vocabulary = secure_vocabulary.kept_words(
+        candidates, noisy, variance, min_df=float(prep.min_df) if prep.min_df >= 1 else 1.0,
+        max_df=float(prep.max_df) if prep.max_df > 1 else float("inf"), max_vocab=prep.max_vocab)
+    privacy = PrivacyReport(**secure_vocabulary.privacy_summary(epsilon, delta, max_words, len(candidates)))
+    return (vocabulary, privacy, sorted(masked), sent + secure.bytes_sent,
+            received + secure.bytes_received)
 
 
 def _candidate_settings(config: Mapping[str, Any]) -> dict[str, Any]:

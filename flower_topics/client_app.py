@@ -220,6 +220,8 @@ def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -
     """The agreement stage's first message: this party's candidate words (see :mod:`flower_topics.agreement`)."""
     request = msg.content[CONFIG]
     documents = node_documents(context, config)
+    if str(request["mode"]) == "private" and secure_sum.ROUND_RECORD in msg.content.config_records:
+        return send_secure_counts(msg, context, config, documents)
     if str(request["mode"]) == "private":
         from flower_topics.privacy.set_union import release_vocabulary
 
@@ -240,6 +242,34 @@ def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -
         METRICS: MetricRecord(metrics),
         SENDER: ConfigRecord({"method": agreement.METHOD}),
         CONFIG: ConfigRecord({agreement.WORDS: agreement.join_words(words), "curated": bool(curated)}),
+    }), reply_to=msg)
+
+
+def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any], documents: NodeDocuments) -> Message:
+    """``private`` under secure aggregation: this party's bounded document frequencies over the public
+    candidates, plus its share of the Skellam noise, masked (:mod:`flower_topics.privacy.secure_vocabulary`)."""
+    from flower_topics.privacy import secure_vocabulary
+    from flower_topics.privacy.skellam import skellam_noise
+    from flower_topics.secure_sum import party as secure_party
+
+    request, record = msg.content[CONFIG], msg.content[secure_sum.ROUND_RECORD]
+    facts = secure_party.round_facts(context.state, int(record["round"]))
+    epsilon, delta, max_words = float(request["epsilon"]), float(request["delta"]), int(request["max-words"])
+    variance = float(facts[secure_party.NOISE_SHARE]) * secure_vocabulary.noise_variance(epsilon, delta, max_words)
+    largest = documents.corpus.n_docs + 40 * variance ** 0.5 + 100
+    if largest > int(facts[secure_party.ENTRY_LIMIT]):
+        raise UserInputError(f"secure sum: a document frequency of this party's could reach {largest:.3g}, over "
+                             f"{facts[secure_party.ENTRY_LIMIT]}; use a larger secure-aggregation-bits")
+    rng = np.random.default_rng(party_seed(context, config, private=True))
+    counts = secure_vocabulary.party_counts(documents.corpus.doc_term_matrix(), documents.corpus.vocabulary,
+                                            split_words(str(request["candidates"])), max_words, rng)
+    masked = secure_party.mask_update(context.state, context.node_id, record,
+                                      counts + skellam_noise(counts.shape, variance, rng))
+    context.state[SPENT_STATE] = ConfigRecord({"epsilon": epsilon, "delta": delta})
+    return Message(content=RecordDict({
+        UPDATE: ArrayRecord({secure_sum.MASKED_KEY: Array(masked)}),
+        METRICS: MetricRecord({}),
+        SENDER: ConfigRecord({"method": agreement.METHOD}),
     }), reply_to=msg)
 
 

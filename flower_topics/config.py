@@ -85,6 +85,8 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
                                    in_range(0, 1, low_open=True, high_open=True)),
         "vocabulary-max-words": Option(20, "private vocabulary: distinct words a document contributes at most "
                                        "(Delta_0)", at_least(1)),
+        "vocabulary-candidates": Option("", "private vocabulary under secure aggregation: a public file of candidate "
+                                        "words, one per line ('' = the 21,719 words of the MiniLM tokenizer)"),
         "vocabulary-noise": Option("gaussian", "private vocabulary: noise of the set union", one_of("gaussian",
                                                                                                     "laplace")),
         # --- partitioning among clients

@@ -124,10 +124,9 @@ def _secure_run(tmp_path, parties, drop=None, **extra):
     from flower_topics.server_app import run_server
     from flower_topics.simulations.inprocess import InProcessGrid
     from flower_topics.strategies.dplda import DPLDA
-    from tests.test_method_contract import TINY
+    from tests.test_method_contract import NEEDS, TINY
 
-    config = {**TINY, "method": "dplda", "vocabulary": "private", "vocabulary-epsilon": 4.0,
-              "vocabulary-delta": 1e-6, "vocabulary-max-words": 3, "synthetic-docs-per-node": 200,
+    config = {**TINY, **NEEDS["dplda"], "method": "dplda", "synthetic-docs-per-node": 200,
               "federated-eval": False, "dplda.epsilon": 20.0, "dplda.sample-rate": 0.5, "num-rounds": 3,
               "output-dir": str(tmp_path / "run"), "dplda.init": "random", "secure-aggregation": True, **extra}
     released: dict[int, list[np.ndarray]] = {}

@@ -4,7 +4,8 @@ What may leave a party, by message type (README, "What leaves a party"):
 
 - ``query.candidates``: its candidate words (a ``config`` record: ``words``, ``curated``), one
   document frequency per word, and its number of documents (``union``); the words and noisy
-  counts that pass its differentially private threshold (``private``);
+  counts that pass its differentially private threshold (``private``); under secure
+  aggregation, one masked integer vector over the public candidates and nothing else;
 - ``query.vocabulary``: one flag, ``node-corpus`` (1: the party reads its own file, 0: a
   simulated share of the run config's dataset), so the run records which corpus it trained on;
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``); under
@@ -42,7 +43,7 @@ from flower_topics.secure_sum.protocol import MESSAGE_TYPE as SECURE_SUM
 from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
 from flower_topics.strategies.base import masked_spec
 from flower_topics.wire import agreement
-from flower_topics.wire.protocol import CONFIG, METRICS, ReplyError, ReplySpec, validate_reply
+from flower_topics.wire.protocol import CONFIG, METRICS, ArraySpec, ReplyError, ReplySpec, validate_reply
 
 
 #: Axes a protocol leaves free, and what their length is (README, "What leaves a party").
@@ -110,6 +111,11 @@ class Audit:
 def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
     kind = request.metadata.message_type
     config = request.content[CONFIG] if CONFIG in request.content else ConfigRecord()
+    if kind == agreement.CANDIDATES and ROUND_RECORD in request.content.config_records:
+        size = len(agreement.split_words(str(config["candidates"])))
+        bits = int(request.content[ROUND_RECORD]["bits"])
+        return masked_spec(ReplySpec(agreement.METHOD, {"counts": ArraySpec("integer", (size,))}),
+                           SecureSumSettings(bits=bits)), set()
     if kind == agreement.CANDIDATES:
         spec = agreement.candidates_spec(str(config["mode"]) == "private")
     elif kind == agreement.VOCABULARY:
