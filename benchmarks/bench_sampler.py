@@ -1,6 +1,8 @@
 """Sampler speed: collapsed Gibbs sweeps, ours vs tomotopy, alternated side by side.
 
-    python benchmarks/bench_sampler.py --dataset ../shared/datasets/BBC_News --topics 20 100 300 1000
+    python benchmarks/bench_sampler.py --dataset ../shared/datasets/BBC_News \
+        ../shared/datasets/debian_large/corpus.jsonl --topics 20 100 300 1000 \
+        --sweeps 10 --repeats 3 --max-topic-tokens 1e10
 
 Both run on one core (tomotopy ``workers=1``; ours is single-threaded) on all documents
 of each corpus with alpha 0.1, beta 0.01; compilation (numba) and model set-up
@@ -93,7 +95,8 @@ def main() -> None:
     tp_name = f"tomotopy {tp.__version__}"
     for dataset in args.dataset:
         corpus = load_corpus(dataset)
-        name = dataset.rstrip("/").split("/")[-1]
+        parts = dataset.rstrip("/").split("/")
+        name = parts[-2] if "." in parts[-1] and len(parts) > 1 else parts[-1]  # debian_large/corpus.jsonl
         for k in args.topics:
             sweeps = args.sweeps
             if args.max_topic_tokens:
