@@ -288,6 +288,35 @@ def _doc_topic_lists(doc_ptr, z, n_topics):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True)
+def _group_by_word(tokens, doc_ptr, n_words):  # pragma: no cover - numba
+    """The sparse kernel's visiting order (a counting sort by word, O(N + V)).
+
+    Returns ``(order, words, offsets)``: token positions grouped by word, each word's
+    tokens in corpus order; their words; and the offsets of their documents' topic
+    lists (:func:`_doc_topic_lists`).
+    """
+    n_tokens = tokens.shape[0]
+    start = np.zeros(n_words + 1, dtype=np.int64)
+    for t in range(n_tokens):
+        start[tokens[t] + 1] += 1
+    for w in range(n_words):
+        start[w + 1] += start[w]
+    order = np.empty(n_tokens, dtype=np.int64)
+    words = np.empty(n_tokens, dtype=np.int32)
+    offsets = np.empty(n_tokens, dtype=np.int64)
+    for d in range(doc_ptr.shape[0] - 1):
+        offset = 2 * doc_ptr[d] + d
+        for t in range(doc_ptr[d], doc_ptr[d + 1]):
+            w = tokens[t]
+            i = start[w]
+            order[i] = t
+            words[i] = w
+            offsets[i] = offset
+            start[w] = i + 1
+    return order, words, offsets
+
+
+@njit(cache=True, nogil=True)
 def _holds_own_counts(wk, tokens, z):  # pragma: no cover - numba
     """Whether ``wk`` (V x K, word-major) is at least the counts of ``z`` in every cell; ``wk`` is left as it was."""
     ok = True
@@ -407,10 +436,7 @@ class CollapsedGibbs:
     def _word_major(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sparse kernel's visiting order: token positions, their words and their documents' list offsets."""
         if self._by_word is None:
-            order = np.argsort(self.corpus.tokens, kind="stable")  # each word's tokens in corpus order
-            doc_ids = self._doc_ids[order].astype(np.int64)
-            offsets = 2 * self.corpus.doc_ptr[doc_ids] + doc_ids  # see _doc_topic_lists
-            self._by_word = (order, np.ascontiguousarray(self.corpus.tokens[order]), offsets)
+            self._by_word = _group_by_word(self.corpus.tokens, self.corpus.doc_ptr, self.corpus.n_words)
         return self._by_word
 
     def sweep(self, n_kw: np.ndarray, n_sweeps: int = 1) -> None:
