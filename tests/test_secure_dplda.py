@@ -69,7 +69,7 @@ def _settings(**kw) -> DPLDASettings:
     return DPLDASettings(**values)
 
 
-def _violations(settings: DPLDASettings, release_settings: DPLDASettings, n: int = 6000) -> float:
+def _violations(settings: DPLDASettings, release_settings: DPLDASettings, n: int = 4000) -> float:
     """Largest significant excess of P[M(D') in S] over e^eps P[M(D) in S] + delta (and back), S half-lines of
     the projection on the document's direction; the party adds the whole noise (noise share 1)."""
     lam = np.array([[5.0, 1.0, 1.0], [1.0, 1.0, 5.0]])
