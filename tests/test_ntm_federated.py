@@ -102,9 +102,10 @@ def test_sync_opt_through_flower_equals_centralized_steps_on_the_concatenated_ba
         expected = ntm.flatten_parameters(central)
         assert np.abs(expected - served[r - 1]).max() > 1e-4  # the step moved the weights
         # float32: the weighted average (float64 over 3 float32 gradients) and the concatenated batch's gradient
-        # differ by summation order only; Adam divides by sqrt(v), so on a near-zero gradient entry that roundoff
-        # can move a step by a small fraction of lr: 0.1% of one step bounds every entry, 1e-6 nearly all
-        np.testing.assert_allclose(served[r], expected, rtol=1e-5, atol=1e-3 * 1e-2)
+        # differ by summation order only. Adam divides by sqrt(v), so on a near-zero gradient entry that roundoff
+        # can move a step by up to a whole step either way (its first steps are lr x sign(g)): 2 lr bounds every
+        # entry (a CI run saw 0.5% of a step, 4.7e-5, with the parties' per-run nonce); 1e-6 must hold for nearly all
+        np.testing.assert_allclose(served[r], expected, rtol=1e-5, atol=2 * 1e-2)
         assert np.mean(np.abs(served[r] - expected) <= 1e-6 + 1e-5 * np.abs(expected)) > 0.999
     assert sum(len(x) for x in rows) == 3 * 8
 
