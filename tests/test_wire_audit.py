@@ -192,12 +192,15 @@ def test_the_audit_fails_on_a_party_that_answers_counts_of_other_words(tmp_path)
         audit.check(sizes, _documents)
 
 
-def test_under_secure_aggregation_a_party_sends_only_keys_ciphertexts_shares_and_masked_sums(tmp_path):
-    audit, sizes = _run(tmp_path, "dplda", **{"secure-aggregation": True, "secure-aggregation-tolerance": 0})
+@pytest.mark.parametrize("method", ["dplda", "lda"])
+def test_under_secure_aggregation_a_party_sends_only_keys_ciphertexts_shares_and_masked_sums(tmp_path, method):
+    audit, sizes = _run(tmp_path, method, **{"secure-aggregation": True, "secure-aggregation-tolerance": 0,
+                                             "federated-eval": False})
     seen = audit.check(sizes, _documents)
-    assert seen == {"query.vocabulary": 2, "train.dplda": 6, "query.secure_sum": 18}
+    agreement = {"query.candidates": 2} if method == "lda" else {}  # lda: the union agreement's two stages
+    assert seen == {**agreement, "query.vocabulary": 2, f"train.{method}": 6, "query.secure_sum": 18}
     for request, reply, _ in audit.sent:
-        if request.metadata.message_type == "train.dplda":
+        if request.metadata.message_type == f"train.{method}":
             (masked,) = reply.content["update"].values()
             assert masked.numpy().dtype == np.uint32 and dict(reply.content["metrics"]) == {}
 

@@ -27,7 +27,9 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
 from flower_topics.models.lda import CollapsedGibbs
+from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.wire import lda as wire
 
 
@@ -100,9 +102,27 @@ def train_round(
     return working - global_counts.astype(np.int32)
 
 
+def secure_headroom(corpus: Corpus, limit: int) -> str | None:
+    """Why this party's count changes could wrap the secure sum, or None.
+
+    An entry of a change moves tokens of one word into or out of one topic, so its magnitude is
+    at most the party's count of that word (reached when it first enters its counts).
+    """
+    largest = int(np.bincount(corpus.tokens).max()) if corpus.n_tokens else 0
+    if largest <= limit:
+        return None
+    return (f"secure sum: a word occurs {largest} times in this party's documents, and a count change of that size "
+            f"exceeds {limit}, the most each party may add without the sum wrapping; use a larger "
+            f"secure-aggregation-bits")
+
+
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: LDAClientState,
                seed: int) -> Update:
     """One round of ``lda`` from a training message: the count change and the token count."""
+    if ENTRY_LIMIT in config:  # secure aggregation: refused before anything is sampled or sent
+        problem = secure_headroom(corpus, int(config[ENTRY_LIMIT]))
+        if problem:
+            raise UserInputError(problem)
     delta = train_round(corpus, arrays[wire.COUNTS_KEY].numpy(), state, server_round=int(config["server-round"]),
                         last_applied_round=int(config["last-applied-round"]),
                         settings=wire.LDASettings.from_record(config), seed=seed)

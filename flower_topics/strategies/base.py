@@ -25,8 +25,9 @@ can run the strategy, and does the rest of a round:
 With secure aggregation (``secure`` set, for the methods whose replies are sums), step 2 is
 preceded by the secure sum's key and share stages, every reply carries only its masked
 integer update, and step 5 unmasks their sum (:mod:`flower_topics.secure_sum`): the method's
-:meth:`aggregate` receives one :class:`Reply` from node 0, the sum over ``parties`` parties,
-decoded by :meth:`decode_sum`.
+:meth:`check_reply` and :meth:`aggregate` receive one :class:`Reply` from node 0, the sum over
+``parties`` parties, decoded by :meth:`decode_sum` (a sum that fails the check holds the round:
+it cannot be traced to a party).
 """
 
 from __future__ import annotations
@@ -359,7 +360,8 @@ class TopicStrategy(Strategy):
             traffic.bytes_received += payload_bytes(msg.content)
             try:
                 reply = Reply(node_id, *validate_reply(msg.content, spec))
-                self.check_reply(server_round, reply)
+                if self.secure is None:  # a masked update says nothing; the unmasked sum is checked instead
+                    self.check_reply(server_round, reply)
             except ReplyError as exc:
                 traffic.replies_failed += 1
                 log(WARNING, "round %d: reply of node %d rejected: %s", server_round, node_id, exc)
@@ -408,7 +410,14 @@ class TopicStrategy(Strategy):
             size = int(np.prod(array_spec.shape))
             arrays[key] = total[start:start + size].reshape(array_spec.shape)
             start += size
-        return [Reply(0, self.decode_sum(server_round, arrays), {}, parties=len(masked))]
+        summed = Reply(0, self.decode_sum(server_round, arrays), {}, parties=len(masked))
+        try:
+            self.check_reply(server_round, summed)
+        except ReplyError as exc:  # it cannot be traced to a party: the whole round is held
+            log(WARNING, "round %d: the secure sum of %d parties rejected: %s; the global model stays as it was",
+                server_round, len(masked), exc)
+            return []
+        return [summed]
 
     def replies_needed(self, nodes_sampled: int) -> int:
         """Valid replies a round of ``nodes_sampled`` nodes needs (``min_replies`` as a count)."""

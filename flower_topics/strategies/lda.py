@@ -9,6 +9,12 @@ own counts (:data:`~flower_topics.wire.lda.DELTA_KEY`); the strategy adds the va
 and rejects a change that would make a global count negative. phi =
 (n_kw + beta) / (n_k + V beta) is derived on demand.
 
+Secure aggregation (``secure-aggregation=true``, :mod:`flower_topics.secure_sum`): each party's
+change is masked and the server adds only their sum, which must keep every count
+non-negative (otherwise the round is held; it cannot be traced to a party). The changes are
+integers, so the sum is exact; an entry's magnitude is at most the party's count of its word,
+which the party checks against the range before it sends (:mod:`flower_topics.clients.lda`).
+
 A missing party's contribution: its last applied counts stay in ``n_kw``; the party
 learns from ``last-applied-round`` that its reply was not applied, rolls its topic
 assignments back to the applied ones and sends the change again, so its tokens are
@@ -30,6 +36,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from flower_topics.checkpoint import CarriedCounts
+from flower_topics.errors import UserInputError
 from flower_topics.models.lda import topic_word_distribution
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import lda as wire
@@ -138,6 +145,8 @@ class ADLDA(TopicStrategy):
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """The round's counts plus every valid change (summed by :meth:`check_reply`, in reply order)."""
+        if self.secure is not None:  # one summed reply, no metrics: the counts' total is every applied token
+            return counts_record(self._round_sum[1]), {"num-tokens": int(self._round_sum[1].sum())}
         metrics = {"num-tokens": sum(int(r.metrics["num-tokens"]) for r in replies)}
         if not self._resumed:
             return counts_record(self._round_sum[1]), metrics
@@ -180,6 +189,13 @@ class ADLDA(TopicStrategy):
         self._own = np.array(arrays["lda-own"], dtype=np.int64) if "lda-own" in arrays else None
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Watch the first replies: parties that kept their state continue exactly, restarted ones re-enter."""
+        """Watch the first replies: parties that kept their state continue exactly, restarted ones re-enter.
+
+        Refused under secure aggregation: telling a restarted party's whole counts from a kept
+        party's change needs each party's reply, and the server sees only their sum.
+        """
+        if self.secure is not None:
+            raise UserInputError("lda: a run with secure-aggregation=true cannot be resumed (the carried counts are "
+                                 "retired party by party, and the server sees only the sum); start a new run")
         self._resumed = True
         self._known_nodes = set(self.last_applied) | self._known_nodes

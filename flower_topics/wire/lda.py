@@ -14,6 +14,8 @@ from flower_topics.options import Option, at_least
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "lda"
+#: Its reply is an integer count change that the server only adds: it can go through secure aggregation exactly.
+SECURE_SUM = True
 COUNTS_KEY = "topic-word-counts"
 DELTA_KEY = "topic-word-delta"
 
