@@ -28,6 +28,8 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models.pctd import SemanticUnits, boundary_units, chunk_offsets, local_em_step, random_doc_topic
+from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import pctd as wire
 from flower_topics.wire.pctd import PCTDSettings
 
@@ -107,11 +109,42 @@ def train_round(
     return step.statistic.astype(np.float32)
 
 
+def secure_headroom(corpus: Corpus, settings: PCTDSettings, limit: int) -> str | None:
+    """Why this party's quantized ``M_t`` could be clipped by the secure sum's range, or None.
+
+    An entry of ``M_t`` is at most the word's count plus the noise ``sum_u r_uk Omega_uw``,
+    whose standard deviation is at most ``sigma sqrt(U)`` over the ``U`` units; the check asks
+    for room for 40 of them. (An entry beyond it is clipped to the range, post-processing:
+    it costs accuracy, never privacy, and never wraps.)
+    """
+    units = semantic_units(corpus, settings)
+    largest = int(np.bincount(corpus.tokens).max()) if corpus.n_tokens else 0
+    bound = (largest + 40.0 * settings.sigma * np.sqrt(units.counts.shape[0])) * settings.quantum
+    if bound <= limit:
+        return None
+    return (f"secure sum: an entry of this party's statistic could reach {bound:.3g} units, over {limit}, the most "
+            f"each party may add without the sum wrapping; use a larger secure-aggregation-bits or a smaller "
+            f"pctd.quantum")
+
+
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: PCTDClientState,
                seed: int) -> Update:
-    """One private EM iteration of ``pctd`` from a training message: ``M_t`` only."""
-    statistic = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=int(config["server-round"]),
-                            settings=PCTDSettings.from_record(config), seed=seed)
+    """One private EM iteration of ``pctd`` from a training message: ``M_t`` only.
+
+    Under secure aggregation (the message's settings carry the party's entry limit) ``M_t`` is
+    sent as integers in units of ``1 / pctd.quantum``, randomly rounded with the party's secret
+    randomness (:func:`flower_topics.secure_sum.protocol.quantize`); refused before anything is
+    computed when the range could not hold it (:func:`secure_headroom`).
+    """
+    settings = PCTDSettings.from_record(config)
+    limit = int(config[ENTRY_LIMIT]) if ENTRY_LIMIT in config else None
+    if limit is not None and (problem := secure_headroom(corpus, settings, limit)):
+        raise UserInputError(problem)
+    server_round = int(config["server-round"])
+    statistic = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=server_round,
+                            settings=settings, seed=seed)
+    if limit is not None:
+        statistic = quantize(statistic, settings.quantum, limit, np.random.default_rng([seed, server_round, 1]))
     return {wire.STATISTIC_KEY: statistic}, {}
 
 

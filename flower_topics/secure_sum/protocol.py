@@ -109,6 +109,20 @@ class SecureSumSettings:
         return np.where(signed >= (1 << (self.bits - 1)), signed - (1 << self.bits), signed)
 
 
+def quantize(values: np.ndarray, quantum: float, limit: int, rng: np.random.Generator) -> np.ndarray:
+    """Real ``values`` as integers in units of ``1 / quantum``, for a secure sum.
+
+    Each entry times ``quantum`` is rounded up with probability its fractional part and down
+    otherwise (unbiased: the expected integer is ``quantum x value``), then clipped to
+    ``[-limit, limit]`` so that no sum can wrap. ``rng`` should be the party's secret
+    randomness when ``values`` carry privacy noise (the rounding is then post-processing).
+    """
+    scaled = np.asarray(values, dtype=np.float64) * quantum
+    low = np.floor(scaled)
+    rounded = low + (rng.random(scaled.shape) < scaled - low)
+    return np.clip(rounded, -limit, limit).astype(np.int64)
+
+
 def pair_sign(me: int, other: int) -> int:
     """+1 if ``me < other`` else -1: the pairwise masks of ``me`` and ``other`` cancel in the sum."""
     return 1 if me < other else -1

@@ -180,6 +180,10 @@ class PCTD(TopicStrategy):
         self.releases_before += max(self.releases.values(), default=0)
         self.releases = {}
 
+    def decode_sum(self, server_round: int, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The secure sum in counts: its integers divided by the quantum."""
+        return {key: value.astype(np.float64) / self.pctd.quantum for key, value in arrays.items()}
+
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """Eq. (11) on the summed valid statistics, then eq. (13) when ``tau > 0``."""
@@ -208,6 +212,11 @@ class PCTD(TopicStrategy):
                                               "sent without noise", sigma=0.0)
         epsilon, order = gaussian_epsilon_and_order(sigma, rounds, self.delta)
         details: dict[str, Any] = {"sigma": sigma, "sensitivity": 1.0, "rdp_order": None if rounds == 0 else order}
+        if self.secure is not None:
+            details["secure_aggregation"] = (
+                f"the server sees only each round's sum of the parties' statistics, each quantized to 1/"
+                f"{self.pctd.quantum:g} count; every party still adds the full noise, so the guarantee is the same "
+                f"and does not rely on the secure sum")
         if rounds:
             details["theorem1_epsilon"] = theorem1_epsilon(sigma, rounds, self.delta)
             details["theorem1_valid"] = theorem1_valid(sigma, rounds, self.delta)

