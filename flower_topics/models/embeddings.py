@@ -137,7 +137,7 @@ def embed_documents(texts: Sequence[str], model: str | os.PathLike[str] | None =
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(cache.name + ".tmp.npz")
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp.npz")  # per process: parties may share a cache
         np.savez(tmp, embeddings=embeddings, key=key)
         os.replace(tmp, cache)
     return DocumentEmbeddings(embeddings, resolved, seconds, False)

@@ -92,7 +92,7 @@ def embed_vocabulary(vocabulary: Sequence[str], model_path: str | None = None, b
                               show_progress_bar=False).astype(np.float32, copy=False)
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(cache.name + ".tmp.npz")
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp.npz")  # per process: parties may share a cache
         np.savez(tmp, embeddings=embeddings, model_path=model_path, vocabulary_hash=vocab_hash)
         os.replace(tmp, cache)
     return embeddings
