@@ -297,3 +297,78 @@ def run_log(flwr_home: Path, run_id: int, cwd: Path) -> str:
     out = subprocess.run([_bin("flwr"), "log", str(run_id), CONNECTION, "--show"], cwd=cwd,
                          env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
     return out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# an insecure deployment (no TLS, no SuperNode authentication) and fault injection
+# ---------------------------------------------------------------------------------------
+@contextmanager
+def insecure_superlink(flwr_home: Path, *, log_path: Path,
+                       startup_timeout: float = 60.0) -> Iterator[tuple[int, subprocess.Popen]]:
+    """A SuperLink (deployment engine) without TLS on a free port of 127.0.0.1, made the
+    default ``flwr`` connection of ``flwr_home``; yields ``(port, process)``; stops it by PID."""
+    from flower_topics.launch import write_connection
+
+    port = free_port()
+    cmd = [_bin("flower-superlink"), "--insecure", "--host", HOST, "--port", str(port),
+           "--disable-runtime-dependency-installation"]
+    process = _start(cmd, flwr_home, log_path)
+    try:
+        wait_for_port(port, process, timeout=startup_timeout)
+        write_connection(flwr_home, f"{HOST}:{port}")
+        yield port, process
+    finally:
+        stop(process)
+
+
+def start_insecure_supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_path: Path,
+                             startup_timeout: float = 60.0) -> subprocess.Popen:
+    """Start a SuperNode without TLS, connected to ``127.0.0.1:superlink_port``, in its own
+    process group (no context manager: a fault test kills and restarts it); returns once its
+    Runtime API (a free port of 127.0.0.1) listens. The caller stops it with
+    :func:`flower_topics.launch.stop` (or :func:`kill_tree`)."""
+    port = free_port()
+    cmd = [_bin("flower-supernode"), "--insecure", "--superlink", f"{HOST}:{superlink_port}",
+           "--host", HOST, "--port", str(port), "--node-config", node_config]
+    process = _start(cmd, flwr_home, log_path)
+    try:
+        wait_for_port(port, process, timeout=startup_timeout)
+    except BaseException:
+        stop(process)
+        raise
+    return process
+
+
+def signal_tree(process: subprocess.Popen, sig: int) -> list[int]:
+    """Send ``sig`` to the process group of ``process`` and to every process below it
+    (Flower's SuperExec and ClientApp processes run in sessions of their own); returns the
+    PIDs signalled besides the group."""
+    import os
+
+    below = descendants(process.pid)
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+    for pid in below:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return below
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL ``process``'s group and everything below it, and reap it (a crash of the host)."""
+    import signal
+
+    signal_tree(process, signal.SIGKILL)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def online_nodes(flwr_home: Path, cwd: Path) -> set[int]:
+    """Ids of the SuperNodes the SuperLink reports online (``flwr supernode list``)."""
+    return {int(n["node-id"]) for n in list_supernodes(flwr_home, cwd) if n.get("status") == "online"}

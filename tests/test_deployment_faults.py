@@ -1,0 +1,351 @@
+"""Faults on the deployment engine, on 127.0.0.1 (issue 21 item 2, issue 23 item 4).
+
+One SuperLink (deployment engine, no TLS: :func:`tests.deployment.insecure_superlink`) and
+three SuperNodes (``partition-id=i num-partitions=3``: each generates its own share of a
+tiny synthetic corpus from the run config's public seed) serve every scenario of this
+module; each scenario is one ``flwr run`` whose faults the test injects into a SuperNode's
+processes by PID:
+
+1. ``lda``: a SuperNode is SIGKILLed (its process group and everything below it) right
+   after round 2's training messages went out, and started again with the same node config;
+2. ``lda`` with ``min-replies=3``: a SuperNode is SIGSTOPped during round 2 and SIGCONTed
+   once round 2 timed out (the model was kept), so that its reply to round 2 arrives after
+   its round;
+3. ``lda`` with ``secure-aggregation=true`` (tolerance 1): a SuperNode is SIGKILLed after
+   the round's key and share stages, when the others' training messages carry masks made
+   with its keys; the round yields the survivors' sum, word count for word count.
+
+The moment "round r's messages went out" is read from ``checkpoint-release.json`` in the
+run's output directory, which the ServerApp writes when ``configure_train`` has returned
+(after it logged ``configure_train: round r sent``, and after a secure round's share stage),
+just before Flower pushes the messages. What happened is read from the run's
+``metrics.jsonl``, ``state.npz`` and log (``verbose=true`` keeps the strategy's lines), and
+``flwr ls`` (``flwr run`` exits 0 even when a run failed). Every process is stopped by its
+PID; the measured seconds per round are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from flower_topics.config import parse_run_config
+from flower_topics.data.node_data import load_node_documents
+from flower_topics.launch import stop, submit, wait_for_run
+from flower_topics.outputs import read_metrics
+from flower_topics.wire import lda as lda_wire
+from tests.deployment import (
+    alive,
+    descendants,
+    insecure_superlink,
+    kill_tree,
+    online_nodes,
+    run_log,
+    signal_tree,
+    start_insecure_supernode,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCABULARY = ROOT / "tests" / "fixtures" / "synthetic40_vocabulary.txt"  # the generator's 40 words: no agreement traffic
+PARTIES = 3
+#: A tiny public corpus: each SuperNode generates its own 20 documents of 15-20 tokens.
+COMMON: dict[str, Any] = {
+    "dataset": "synthetic", "synthetic-nodes": PARTIES, "synthetic-topics": 5, "synthetic-shared-topics": 2,
+    "synthetic-vocab-size": 40, "synthetic-docs-per-node": 20, "synthetic-doc-min-length": 15,
+    "synthetic-doc-max-length": 20, "num-topics": 4, "seed": 0, "vocabulary": str(VOCABULARY),
+    "federated-eval": False, "min-nodes": 2, "verbose": True,
+}
+#: Seconds a round (and each secure-sum stage) waits for its replies; a round without faults takes 13-26 s on a
+#: 2-core machine under a load of 3-9 (each message starts a ClientApp process), a secure round 45-80 s.
+ROUND_TIMEOUT = 30.0
+RUN_TIMEOUT = 300.0
+
+
+def _node_config(partition: int) -> str:
+    return f"partition-id={partition} num-partitions={PARTIES}"
+
+
+def _run_config(settings: dict[str, Any]) -> str:
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return repr(v) if isinstance(v, str) else str(v)
+
+    return " ".join(f"{k}={value(v)}" for k, v in settings.items())
+
+
+@dataclass
+class Federation:
+    """The SuperLink and the SuperNode processes (by partition) the scenarios share."""
+
+    home: Path
+    port: int
+    logs: Path
+    nodes: dict[int, subprocess.Popen]
+    started: list[int] = field(default_factory=list)  # every PID started, with what Flower started below it
+
+    def start_node(self, partition: int, name: str) -> subprocess.Popen:
+        process = start_insecure_supernode(self.home, self.port, _node_config(partition),
+                                           log_path=self.logs / f"{name}.log")
+        self.nodes[partition] = process
+        self.started.append(process.pid)
+        return process
+
+    def settle(self, timeout: float = 120.0) -> None:
+        """Wait until the SuperLink lists exactly the running SuperNodes online (a killed one goes offline
+        after Flower's 2 missed heartbeats, ~60 s)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(online_nodes(self.home, ROOT)) == len(self.nodes):
+                return
+            time.sleep(2.0)
+        raise TimeoutError(f"the SuperLink lists {online_nodes(self.home, ROOT)} online, "
+                           f"{len(self.nodes)} SuperNodes run")
+
+    def remember_children(self) -> None:
+        for pid in list(self.started):
+            self.started += [c for c in descendants(pid) if c not in self.started]
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory) -> Iterator[Federation]:
+    tmp = tmp_path_factory.mktemp("faults")
+    home, logs = tmp / "flwr-home", tmp / "logs"
+    with insecure_superlink(home, log_path=logs / "superlink.log") as (port, link):
+        fed = Federation(home, port, logs, {}, [link.pid])
+        try:
+            for partition in range(PARTIES):
+                fed.start_node(partition, f"node-{partition}")
+            fed.settle(timeout=60)
+            yield fed
+        finally:
+            fed.remember_children()
+            for process in fed.nodes.values():
+                signal_tree(process, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+                stop(process)
+    deadline = time.monotonic() + 30  # Flower's SuperExec and ClientApp processes follow their parent
+    while any(alive(pid) for pid in fed.started) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [pid for pid in fed.started if alive(pid)]
+    for pid in left:  # stopped by PID, never by name
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes still running after the SuperLink and SuperNodes stopped: {left}"
+
+
+def _released_round(out: Path) -> int:
+    """The last round whose training messages went out (``checkpoint-release.json``), 0 before round 1."""
+    try:
+        return int(json.loads((out / "checkpoint-release.json").read_text())["round"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _completed_round(out: Path) -> int:
+    try:
+        rows = read_metrics(out / "metrics.jsonl")
+    except (OSError, ValueError):
+        return 0
+    return int(rows[-1]["round"]) if rows else 0
+
+
+def _wait_until(condition, timeout: float, what: str, poll: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll)
+    raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
+
+
+def _finish(fed: Federation, run_id: int, out: Path, name: str) -> tuple[list[dict], str]:
+    """Wait for the run; assert it completed; its metrics rows and its log."""
+    status = wait_for_run(ROOT, fed.home, run_id, timeout=RUN_TIMEOUT)
+    log = run_log(fed.home, run_id, ROOT)
+    assert status == "finished:completed", f"{name}: {status}\n--- flwr log {run_id} --show\n{log[-6000:]}"
+    return read_metrics(out / "metrics.jsonl"), log
+
+
+def _round_seconds(rows: list[dict]) -> dict[int, float]:
+    """Seconds of each round, from the wall time ``metrics.jsonl`` records after it."""
+    times = {int(r["round"]): float(r["wall_time"]) for r in rows}
+    return {r: times[r] - times.get(r - 1, 0.0) for r in sorted(times)}
+
+
+def _word_counts(config: dict[str, Any], vocabulary: list[str], partitions: list[int]) -> np.ndarray:
+    """How often each word of the vocabulary occurs in the training documents of ``partitions``, computed here as
+    each party reads its share (the topic-word counts' column sums when each party's tokens are in them once)."""
+    validated = parse_run_config(config)
+    total = np.zeros(len(vocabulary), dtype=np.int64)
+    for partition in partitions:
+        documents = load_node_documents({"partition-id": partition, "num-partitions": PARTIES}, validated)
+        corpus = documents.on_vocabulary(tuple(vocabulary), int(validated["min-doc-length"]))
+        total += np.bincount(corpus.select_split("train", "val").tokens, minlength=len(vocabulary))
+    return total
+
+
+def _global_counts(out: Path) -> np.ndarray:
+    with np.load(out / "state.npz", allow_pickle=False) as state:
+        return np.array(state[lda_wire.COUNTS_KEY])
+
+
+def _report(name: str, rows: list[dict], fault_rounds: set[int], wall: float) -> None:
+    seconds = _round_seconds(rows)
+    plain = [s for r, s in seconds.items() if r not in fault_rounds]
+    faulty = [s for r, s in seconds.items() if r in fault_rounds]
+    def mean(values: list[float]) -> str:
+        return f"{np.mean(values):.1f}" if values else "-"
+
+    print(f"\n{name}: wall {wall:.1f} s; seconds per round {', '.join(f'{r}: {s:.1f}' for r, s in seconds.items())}"
+          f" (without fault mean {mean(plain)}, with fault mean {mean(faulty)})")
+
+
+@pytest.mark.timeout(420)
+def test_a_killed_and_restarted_supernode_leaves_every_token_counted_once(federation, tmp_path):
+    """``lda``, 3 SuperNodes, 3 rounds: SuperNode 1 is SIGKILLed once round 2's messages went out and started
+    again with the same node config.
+
+    What happens, by the code: round 2 gets no reply from the killed node and ends at ``round-timeout`` with the
+    other two replies applied (``min-replies=1``); the killed node's counts of its last applied round (1) stay in
+    the global counts (AD-LDA keeps a missing party's last applied contribution), so its tokens are counted once.
+    The restarted SuperNode is a new node (a new node id, an empty ``context.state``: Flower keeps a node's state in
+    the SuperNode process): it holds no agreed vocabulary, so it refuses its first training message with
+    ``BAD_INPUT`` and the strategy no longer samples it; its state does not restart and its tokens are not entered
+    again. The dead node's id stays listed until Flower's heartbeat expires (~60 s), so round 3 waits for it too.
+    The two others go on in every round; the run completes and the final global counts hold exactly the three
+    parties' training tokens (their column sums are the parties' word counts).
+    """
+    fed = federation
+    started = time.monotonic()
+    out = tmp_path / "run"
+    config = {**COMMON, "method": "lda", "num-rounds": 3, "round-timeout": ROUND_TIMEOUT, "output-dir": str(out)}
+    run_id = submit(ROOT, fed.home, [_run_config(config)])
+    victim = 1
+    _wait_until(lambda: _released_round(out) >= 2, RUN_TIMEOUT, "round 2's training messages")
+    fed.remember_children()
+    assert _completed_round(out) == 1  # killed in the middle of round 2
+    kill_tree(fed.nodes[victim])
+    killed_at = time.monotonic()
+    fed.start_node(victim, f"node-{victim}-restarted")
+    rows, log = _finish(fed, run_id, out, "lda, a SuperNode killed and restarted")
+    wall = time.monotonic() - started
+
+    assert "configure_train: round 2 sent to 3 node(s)" in log
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert rows[0]["replies_applied"] == PARTIES
+    for row in rows[1:]:  # the two others went on in every round, the model changed each time
+        assert row["replies_applied"] == PARTIES - 1 and row["model_held"] == 0, row
+    seconds = _round_seconds(rows)
+    assert seconds[2] >= ROUND_TIMEOUT - 1  # round 2 waited for the killed node until its timeout
+    # the restarted node refused (no agreed vocabulary) and is no longer sampled; rounds after it sent it nothing
+    assert "cannot take part and is no longer sampled" in log and "no agreed vocabulary" in log, log[-4000:]
+    assert sum(r["replies_failed"] for r in rows) >= 1
+    vocabulary = (out / "vocabulary.txt").read_text(encoding="utf-8").split()
+    words = _word_counts(config, vocabulary, list(range(PARTIES)))
+    counts = _global_counts(out)
+    assert counts.shape == (4, len(vocabulary)) and counts.min() >= 0
+    np.testing.assert_array_equal(counts.sum(axis=0), words)  # every party's tokens, each once, word for word
+    assert int(counts.sum()) == rows[0]["num_tokens"]  # what the three parties reported in round 1
+    print(f"\nkilled {time.monotonic() - killed_at:.1f} s before the run ended; global counts total {counts.sum()} "
+          f"= {words.sum()} training tokens of the 3 parties")
+    _report("lda kill+restart", rows, {2, 3}, wall)
+
+
+@pytest.mark.timeout(420)
+def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(federation, tmp_path):
+    """``lda`` with ``min-replies=3``, 3 rounds: SuperNode 2's processes are SIGSTOPped once round 2's messages went
+    out. Round 2 ends at ``round-timeout`` with 2 valid replies of the 3 needed: the global model stays as it was
+    (``model_held``), and the two others roll their round-2 assignments back (``last-applied-round``). The node is
+    SIGCONTed once round 2 is recorded: it then answers round 2's message, after its round. Flower's grid pulls
+    only the replies of the round it is waiting for, so that late reply never reaches the strategy (it is not
+    applied, and nothing in the ServerApp's log names it), and the final counts hold exactly the three parties'
+    tokens. (Whether round 3 gets the node's reply in time is printed, not asserted: the node first answers round
+    2's message.)
+    """
+    fed = federation
+    fed.settle()
+    started = time.monotonic()
+    out = tmp_path / "run"
+    config = {**COMMON, "method": "lda", "num-rounds": 3, "round-timeout": ROUND_TIMEOUT, "min-replies": 3,
+              "output-dir": str(out)}
+    run_id = submit(ROOT, fed.home, [_run_config(config)])
+    victim = 2
+    node_log = fed.logs / f"node-{victim}.log"  # shared with the module's other runs: count from here
+    sent_earlier = node_log.read_text(errors="replace").count("Sending: train.lda")
+    _wait_until(lambda: _released_round(out) >= 2, RUN_TIMEOUT, "round 2's training messages")
+    fed.remember_children()
+    signal_tree(fed.nodes[victim], signal.SIGSTOP)
+    try:
+        assert _completed_round(out) == 1
+        _wait_until(lambda: _completed_round(out) >= 2, ROUND_TIMEOUT + 60, "the end of round 2", poll=0.5)
+        sent_before = node_log.read_text(errors="replace").count("Sending: train.lda") - sent_earlier
+    finally:
+        signal_tree(fed.nodes[victim], signal.SIGCONT)
+    rows, log = _finish(fed, run_id, out, "lda, a SuperNode hung in round 2")
+    wall = time.monotonic() - started
+
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    hung = rows[1]
+    assert hung["model_held"] == 1 and hung["replies_applied"] == 0 and hung["nodes_sampled"] == PARTIES, hung
+    assert "round 2: 2 valid replies, 3 needed (min-replies): the global model stays as it was" in log, log[-4000:]
+    assert _round_seconds(rows)[2] >= ROUND_TIMEOUT - 1
+    assert rows[0]["replies_applied"] == PARTIES
+    # the late reply: stopped through the end of round 2, the node had answered round 1 only; after SIGCONT it
+    # answered round 2's message too (the SuperNode logs each reply it sends to the SuperLink)
+    sent_after = node_log.read_text(errors="replace").count("Sending: train.lda") - sent_earlier
+    assert sent_before == 1 and sent_after >= 2, (sent_before, sent_after)
+    late_lines = [line for line in log.splitlines() if "late" in line.lower() or "after its round" in line.lower()]
+    vocabulary = (out / "vocabulary.txt").read_text(encoding="utf-8").split()
+    counts = _global_counts(out)
+    # the late change was not applied on top: every party's tokens once, word for word
+    np.testing.assert_array_equal(counts.sum(axis=0), _word_counts(config, vocabulary, list(range(PARTIES))))
+    print(f"\nlate reply: sent by the node after SIGCONT; ServerApp log lines about it: {late_lines or 'none'}; "
+          f"round 3: {rows[2]['replies_applied']} replies applied, model held {rows[2]['model_held']}")
+    _report("lda hang (SIGSTOP/SIGCONT)", rows, {2}, wall)
+
+
+@pytest.mark.timeout(420)
+def test_secure_lda_survives_a_party_killed_after_the_share_stage(federation, tmp_path):
+    """``lda`` with ``secure-aggregation=true`` and tolerance 1 (Shamir threshold 2 of 3), 1 round: SuperNode 0 is
+    SIGKILLed once the round's key and share stages are done and its training message went out, so the two others
+    mask their count changes with pairwise masks made with its keys. The training stage ends at ``round-timeout``
+    with 2 masked updates; the unmask stage asks the two survivors for the dead party's mask-key shares and their
+    own seeds' shares, and the round yields the sum of the two: 2 replies applied, the model not held, no "secure
+    sum stopped" line, and global counts whose column sums are exactly the survivors' word counts (the killed
+    party's first update, its whole counts, never entered them). The killed node is not restarted."""
+    fed = federation
+    fed.settle()
+    started = time.monotonic()
+    out = tmp_path / "run"
+    config = {**COMMON, "method": "lda", "num-rounds": 1, "round-timeout": ROUND_TIMEOUT,
+              "secure-aggregation": True, "secure-aggregation-tolerance": 1, "output-dir": str(out)}
+    run_id = submit(ROOT, fed.home, [_run_config(config)])
+    victim = 0
+    _wait_until(lambda: _released_round(out) >= 1, RUN_TIMEOUT, "round 1's training messages", poll=0.05)
+    fed.remember_children()
+    kill_tree(fed.nodes.pop(victim))
+    rows, log = _finish(fed, run_id, out, "secure lda, a party killed after masking")
+    wall = time.monotonic() - started
+
+    assert [r["round"] for r in rows] == [1]
+    row = rows[0]
+    assert row["nodes_sampled"] == PARTIES and row["replies_applied"] == PARTIES - 1 and row["model_held"] == 0, row
+    assert "secure sum stopped" not in log and "the global model stays as it was" not in log, log[-4000:]
+    vocabulary = (out / "vocabulary.txt").read_text(encoding="utf-8").split()
+    counts = _global_counts(out)
+    survivors = _word_counts(config, vocabulary, [p for p in range(PARTIES) if p != victim])
+    np.testing.assert_array_equal(counts.sum(axis=0), survivors)  # the sum of the others, word for word
+    assert counts.min() >= 0
+    print(f"\nsecure lda: global counts total {counts.sum()} = the 2 survivors' {survivors.sum()} training tokens")
+    _report("secure lda kill after shares", rows, {1}, wall)
