@@ -15,7 +15,9 @@ message. The node reads only the data options of the run config (which corpus, h
 read it, its partition); other keys are not its concern, so the ClientApp also serves a
 ServerApp of your own with keys of its own.
 
-Local state lives in ``context.state`` between rounds and never leaves the node. A private
+Local state lives in ``context.state`` between rounds and never leaves the node; with
+``state-dir`` in the node config it is also kept on the party's disk, so that a SuperNode
+restarted with the same identity rejoins its run (:mod:`flower_topics.party_state`). A private
 method's randomness is the party's secret (:func:`party_seed`): OS entropy, or its
 ``secret-seed`` mixed with a nonce drawn once per run.
 
@@ -37,7 +39,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from flower_topics import evaluation, secure_sum
+from flower_topics import evaluation, party_state, secure_sum
 from flower_topics.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
@@ -100,8 +102,9 @@ def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: s
         ``fingerprint`` (the server's vocabulary) is not the one it agreed to.
     """
     if VOCABULARY_STATE not in context.state.config_records:
-        raise UserInputError("this node has no agreed vocabulary (it joined after the vocabulary agreement, or the "
-                             "ServerApp skipped it: run flower_topics.agreement.agree_vocabulary first)")
+        raise UserInputError("this node has no agreed vocabulary (it joined after the vocabulary agreement, its "
+                             "SuperNode restarted without a state-dir in its node config, or the ServerApp skipped "
+                             "it: run flower_topics.agreement.agree_vocabulary first)")
     record = context.state[VOCABULARY_STATE]
     agreed = str(record["fingerprint"])
     if fingerprint is not None and fingerprint != agreed:
@@ -315,11 +318,16 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     """
     client = ClientApp()
 
-    def handler(name: str, step: Callable[..., Message]) -> Callable[[Message, Context], Message]:
+    def handler(name: str, step: Callable[..., Message], keeps_state: bool = True
+                ) -> Callable[[Message, Context], Message]:
         def handle(msg: Message, context: Context) -> Message:
             try:
                 config = data_config(context.run_config if run_config is None else run_config)
-                return step(msg, context, config)
+                party_state.restore(context)  # a restarted SuperNode's state, from its state-dir
+                reply = step(msg, context, config)
+                if keeps_state:
+                    party_state.persist(context)
+                return reply
             except UserInputError as exc:
                 log(ERROR, "flower-topics: %s: %s", name, exc)
                 return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {exc}"), reply_to=msg)
@@ -329,7 +337,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     for spec in METHODS.values():
         client.train(spec.name)(handler(spec.name, functools.partial(local_round, spec)))
     client.query("candidates")(handler("vocabulary agreement", send_candidates))
-    client.query("secure_sum")(handler("secure sum", secure_sum_stage))
+    client.query("secure_sum")(handler("secure sum", secure_sum_stage, keeps_state=False))
     client.query("vocabulary")(handler("vocabulary agreement", accept_vocabulary))
     client.evaluate()(handler("evaluation", score_model_keeping_theta))
     return client

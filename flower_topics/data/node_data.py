@@ -62,6 +62,9 @@ NODE_OPTIONS: Mapping[str, Option] = {
                           "release over it whatever the server says (0 = the run's dplda.epsilon)", at_least(0)),
     "theta-out": Option("", "a CSV path on this party: its documents' topic mixtures under the global model, written "
                         "at each federated evaluation (the last is the final model) and never sent ('' = off)"),
+    "state-dir": Option("", "a directory on this party where it keeps its state after every message, so that a "
+                        "SuperNode restarted with the same identity rejoins its run (flower_topics.party_state; "
+                        "'' = in memory only)"),
     "partition-id": Option(0, "simulation: this node's share of the run config's dataset", at_least(0)),
     "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into", at_least(1)),
 }

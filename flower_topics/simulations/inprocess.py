@@ -7,11 +7,12 @@ exception in the ClientApp becomes an error reply, as a SuperNode sends it). The
 ``centralized`` and ``local`` modes of :func:`~flower_topics.simulations.simulate` run
 each method through it with a single node, so a single-party baseline is the method
 itself on the same code path as the federation. Tests use it too, and can drop a
-node's replies to exercise lost replies.
+node's replies to exercise lost replies, or hold them back to exercise late ones.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from typing import Any, Callable, Mapping, Sequence
 
@@ -49,21 +50,27 @@ class InProcessGrid(Grid):
         The run config each node's context carries.
     drop : callable, optional
         ``drop(server_round, node_id) -> bool``: lose that node's reply.
+    late : callable, optional
+        ``late(server_round, node_id) -> bool``: that node's reply misses its round and
+        is handed out by a later :meth:`pull_messages` of its message id, as a SuperLink
+        holds a reply that came after ``send_and_receive`` stopped waiting.
     """
 
     def __init__(self, client_app: ClientApp | Callable[[Message, Context], Message],
                  node_configs: Sequence[Mapping[str, Any]], run_config: Mapping[str, Any],
-                 drop: Callable[[int, int], bool] | None = None) -> None:
+                 drop: Callable[[int, int], bool] | None = None,
+                 late: Callable[[int, int], bool] | None = None) -> None:
         as_server()
         self.client_app = client_app
         self.drop = drop or (lambda r, n: False)
+        self.late = late or (lambda r, n: False)
         self.contexts = {
             FIRST_NODE_ID + i: Context(run_id=1, node_id=FIRST_NODE_ID + i, node_config=dict(node_config),
                                        state=RecordDict(), run_config=dict(run_config))
             for i, node_config in enumerate(node_configs)
         }
         self._run = Run.create_empty(run_id=1)
-        self._pending: list[Message] = []
+        self._held: dict[str, Message] = {}  # replies by the id of the message they answer
 
     @classmethod
     def partitions(cls, client_app: ClientApp | Callable[[Message, Context], Message], num_nodes: int,
@@ -86,20 +93,22 @@ class InProcessGrid(Grid):
         return list(self.contexts)
 
     def push_messages(self, messages):  # noqa: D102
-        start = len(self._pending)
-        self._pending.extend(self._deliver(messages))
-        return [str(i) for i in range(start, len(self._pending))]
+        messages = list(messages)
+        for reply in self._deliver(messages):
+            self._held[reply.metadata.reply_to_message_id] = reply
+        return [msg.metadata.message_id for msg in messages]
 
     def pull_messages(self, message_ids):  # noqa: D102
-        return [self._pending[int(i)] for i in message_ids]
+        return [self._held.pop(i) for i in message_ids if i in self._held]
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        """Deliver each message to its node's ClientApp and collect the replies."""
+        """Deliver each message to its node's ClientApp and collect the replies (less the late ones)."""
         return self._deliver(messages)
 
     def _deliver(self, messages: Iterable[Message]) -> list[Message]:
         replies = []
         for msg in messages:
+            msg.metadata.__dict__["_message_id"] = str(uuid.uuid4())  # as Flower's grids do when they push
             node_id = msg.metadata.dst_node_id
             server_round = int(msg.content[CONFIG].get("server-round", 0)) if CONFIG in msg.content else 0
             TaskIdentity.node_id = node_id
@@ -110,6 +119,8 @@ class InProcessGrid(Grid):
                 reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
             finally:
                 TaskIdentity.node_id = SERVER_NODE_ID
-            if not self.drop(server_round, node_id):
+            if self.late(server_round, node_id):
+                self._held[msg.metadata.message_id] = reply
+            elif not self.drop(server_round, node_id):
                 replies.append(reply)
         return replies

@@ -20,7 +20,8 @@ can run the strategy, and does the rest of a round:
    reject, with a logged reason, those that fail;
 5. when at least ``min_replies`` replies are valid, aggregate them and record each
    node's last applied round; otherwise keep the previous global model and say so;
-6. count bytes and participants.
+6. count bytes and participants; a reply that arrives after its round ended is pulled at
+   the start of the next one, logged and ignored (:mod:`~flower_topics.strategies.outstanding`).
 
 With secure aggregation (``secure`` set, for the methods whose replies are sums), step 2 is
 preceded by the secure sum's key and share stages, every reply carries only its masked
@@ -52,6 +53,7 @@ from flower_topics.evaluation import EvaluationSettings
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.secure_sum.protocol import MASKED_KEY, ROUND_RECORD, SecureSumSettings
 from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
+from flower_topics.strategies.outstanding import OutstandingMessages
 from flower_topics.wire.protocol import (
     ARRAYS,
     BAD_INPUT,
@@ -219,6 +221,9 @@ class TopicStrategy(Strategy):
         self._connected: set[int] = set()
         self._current: ArrayRecord | None = None
         self._eval_phi: np.ndarray | None = None
+        #: unanswered messages of recent rounds; a reply that comes after its round is logged and ignored
+        self.outstanding = OutstandingMessages()
+        self._sent: dict[tuple[str, int], list[Message]] = {}
 
     @staticmethod
     def federation_options(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -302,6 +307,7 @@ class TopicStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One ``train.<method>`` message per sampled node."""
+        self.outstanding.collect_late(grid, server_round)
         traffic = self.traffic[server_round] = RoundTraffic()
         self._current = arrays
         settings = {**dict(config), **self.settings(), "server-round": server_round,
@@ -321,6 +327,7 @@ class TopicStrategy(Strategy):
             messages.append(Message(content=content, message_type=message_type(self.method), dst_node_id=node_id))
         traffic.nodes_sampled = max(len(messages), len(nodes) if self.secure is not None else 0)
         log(INFO, "configure_train: round %d sent to %d node(s)", server_round, len(messages))
+        self._sent[("train", server_round)] = messages
         return messages
 
     def _secure_setup(self, server_round: int, nodes: list[int], grid: Grid) -> dict[int, dict[str, ConfigRecord]]:
@@ -351,9 +358,10 @@ class TopicStrategy(Strategy):
         spec = self.reply_spec()
         if self.secure is not None:
             spec = masked_spec(spec, self.secure)
-        valid = []
+        valid, replied = [], set()
         for msg in replies:
             node_id = msg.metadata.src_node_id
+            replied.add(msg.metadata.reply_to_message_id)
             if msg.has_error():
                 self._error_reply(server_round, node_id, msg)
                 continue
@@ -367,6 +375,7 @@ class TopicStrategy(Strategy):
                 log(WARNING, "round %d: reply of node %d rejected: %s", server_round, node_id, exc)
                 continue
             valid.append(reply)
+        self.outstanding.round_ended(server_round, "train", self._sent.pop(("train", server_round), []), replied)
         self._stop_if_too_few_nodes(server_round)
         needed = self.replies_needed(traffic.nodes_sampled)
         if len(valid) < needed or not valid:
@@ -450,12 +459,17 @@ class TopicStrategy(Strategy):
         nodes = sorted(set(grid.get_node_ids()) - set(self.excluded))
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         traffic.eval_bytes_sent = payload_bytes(content) * len(nodes)
-        return [Message(content=content, message_type=evaluation.MESSAGE_TYPE, dst_node_id=n) for n in nodes]
+        messages = [Message(content=content, message_type=evaluation.MESSAGE_TYPE, dst_node_id=n) for n in nodes]
+        self._sent[("evaluate", server_round)] = messages
+        return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The pooled metrics from the parties' sums (:func:`flower_topics.evaluation.combine`)."""
         if self.evaluation is None or not self.evaluation.due(server_round):
             return None
+        replies = list(replies)
+        self.outstanding.round_ended(server_round, "evaluate", self._sent.pop(("evaluate", server_round), []),
+                                     {msg.metadata.reply_to_message_id for msg in replies})
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         k, n_words = self._eval_phi.shape[0], evaluation.coherence_word_ids(self._eval_phi, 10)[1].size
         parts = []

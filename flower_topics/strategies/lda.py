@@ -18,7 +18,10 @@ which the party checks against the range before it sends (:mod:`flower_topics.cl
 A missing party's contribution: its last applied counts stay in ``n_kw``; the party
 learns from ``last-applied-round`` that its reply was not applied, rolls its topic
 assignments back to the applied ones and sends the change again, so its tokens are
-neither lost nor counted twice.
+neither lost nor counted twice. A party whose SuperNode restarted rejoins with the state
+it kept in its ``state-dir`` (:mod:`flower_topics.party_state`) under the same node id; one
+that lost its state and sends its whole counts again, while the server holds its earlier
+ones, is rejected (its earlier tokens stay in ``n_kw``, counted once).
 
 Resume (:mod:`flower_topics.checkpoint`). Parties that kept their ``context.state`` send
 changes that sum to zero, and the run continues exactly. A party that restarted without it
@@ -108,6 +111,11 @@ class ADLDA(TopicStrategy):
                                      "carried": self._round_sum[1].copy() if self.carried is None
                                      else self.carried.carried.astype(np.int64), "entries": [], "entered": 0}
         if not self._resumed:
+            tokens = int(reply.metrics.get("num-tokens", 0))
+            if (self.last_applied.get(reply.node_id, 0) > 0 and tokens > 0
+                    and int(reply.arrays[wire.DELTA_KEY].sum()) == tokens):
+                raise ReplyError("the party sent its whole counts again, which the global counts already hold (it "
+                                 "restarted without its state): rejected, so that no token is counted twice")
             counts = self._round_sum[1] + reply.arrays[wire.DELTA_KEY]
             if np.any(counts < 0):
                 raise ReplyError("the count change would make global counts negative")
