@@ -21,6 +21,14 @@ noise all come from the party's seed and the round (:func:`round_randomness`); `
 registered as private, so that seed is the party's secret (``secret-seed`` in its node
 config mixed with a nonce drawn once per run, else fresh entropy).
 
+Secure aggregation (``secure-aggregation=true``): the party sends the weighted update
+``n_l u_l`` (``u_l`` the gradient, or the weight change ``W_l - W`` with ``sync="local"``;
+each coordinate clipped to ``secure-clip``), quantized to ``1 / quantum`` with its secret
+randomness, its weight ``n_l``, the number of clipped coordinates and, without DP, its
+weighted loss (:func:`secure_update`); the client app masks them into one vector. It checks
+the range before it computes anything (:func:`secure_headroom`) and sends no metric: its
+epsilon stays in its state.
+
 Documents are the party's training documents over the agreed vocabulary
 (``corpus.doc_term_matrix()``). CombinedTM / ZeroShotTM embed them once (cached in this
 process) with the local sentence-transformers model; the corpora may carry no raw text
@@ -50,6 +58,8 @@ from flower_topics.models.ntm import (
     unflatten_parameters,
 )
 from flower_topics.models.ntm_federated import batch_tensors, build_model, dp_gradient, rdp_epsilon, rdp_of_step
+from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import ntm as wire
 from flower_topics.wire.ntm import NTMSettings
 
@@ -203,13 +213,96 @@ def train_round(corpus: Corpus, weights: np.ndarray, state: NTMClientState, *, s
     return np.asarray(row, dtype=np.float32).reshape(1, -1), metrics
 
 
+def aggregation_weight(n_docs: int, settings: NTMSettings) -> int:
+    """``n_l``: the documents of a mini-batch, ``min(batch-size, D_l)`` (with DP the public expected size
+    ``q D_l``, without it the sample's size, the same number), or ``D_l`` with ``sync="local"``."""
+    return min(settings.batch_size, n_docs) if settings.sync == "minibatch" else n_docs
+
+
+def secure_headroom(corpus: Corpus, settings: NTMSettings, limit: int) -> str | None:
+    """Why this party cannot send its update through the secure sum with entry ``limit``, or None.
+
+    An entry of its weighted update is at most ``n_l x secure-clip x quantum + 1``
+    (:func:`flower_topics.wire.ntm.secure_bound`) by construction; that must not exceed
+    ``limit``, the most each party may add without the sum wrapping modulo ``2^bits``. With DP
+    the party must also hold at least ``min-documents`` documents, the bound the server's
+    accounting assumes.
+    """
+    weight = aggregation_weight(corpus.n_docs, settings)
+    bound = wire.secure_bound(settings, weight)
+    if bound > limit:
+        return (f"secure sum: an entry of this party's weighted update could reach {bound:.4g} units ({weight} x "
+                f"ntm.secure-clip {settings.secure_clip:g} x ntm.quantum {settings.quantum:g}), over {limit}, the "
+                f"most each party may add without the sum wrapping; use a larger secure-aggregation-bits or a "
+                f"smaller ntm.quantum or ntm.secure-clip")
+    if settings.dp and corpus.n_docs < settings.min_documents:
+        return (f"secure sum: this party has {corpus.n_docs} training documents, fewer than ntm.min-documents "
+                f"{settings.min_documents}, which the server's DP accounting assumes")
+    return None
+
+
+def secure_update(update: np.ndarray, weight: int, loss: float | None, settings: NTMSettings, limit: int,
+                  rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The integer arrays of a secure reply (:func:`flower_topics.wire.ntm.secure_reply_spec`, in its order).
+
+    Parameters
+    ----------
+    update : np.ndarray
+        ``u_l``: the gradient ``G_l``, or the weight change ``W_l - W``; each coordinate is
+        clipped to ``[-secure-clip, secure-clip]``.
+    weight : int
+        ``n_l``, the aggregation weight.
+    loss : float or None
+        The mean loss (without DP), sent as ``n_l x loss`` in whole units.
+    settings : NTMSettings
+    limit : int
+        The largest magnitude an entry may have (every entry is clipped to it as well).
+    rng : np.random.Generator
+        The party's secret randomness for the rounding.
+
+    Raises
+    ------
+    ValueError
+        If ``update`` or ``loss`` is not finite (nothing is sent).
+    """
+    u = np.asarray(update, dtype=np.float64).reshape(1, -1)
+    if not np.isfinite(u).all() or (loss is not None and not np.isfinite(loss)):
+        raise ValueError("ntm: this party's update is not finite; it is not sent")
+    clipped = int(np.count_nonzero(np.abs(u) > settings.secure_clip))
+    u = np.clip(u, -settings.secure_clip, settings.secure_clip)
+    arrays = {wire.SECURE_UPDATE_KEY: quantize(weight * u, settings.quantum, limit, rng),
+              wire.SECURE_WEIGHT_KEY: np.array([weight], dtype=np.int64),
+              wire.SECURE_CLIPPED_KEY: np.array([min(clipped, limit)], dtype=np.int64)}
+    if not settings.dp:
+        arrays[wire.SECURE_LOSS_KEY] = quantize(np.array([weight * float(loss)]), 1.0, limit, rng)
+    return arrays
+
+
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: NTMClientState,
                seed: int) -> Update:
-    """One round of ``ntm`` from a training message: the gradient or the local weights, and the metrics."""
+    """One round of ``ntm`` from a training message: the gradient or the local weights, and the metrics.
+
+    Under secure aggregation (the settings say so, and the party's secure-sum state gave it
+    its entry limit) the integers of :func:`secure_update` and no metric; refused before
+    anything is computed when the range could not hold them (:func:`secure_headroom`).
+    """
     settings = NTMSettings.from_record(config)
-    row, metrics = train_round(corpus, arrays[wire.WEIGHTS_KEY].numpy(), state,
-                               server_round=int(config["server-round"]), settings=settings, seed=seed)
-    return {wire.reply_key(settings): row}, metrics
+    limit = int(config[ENTRY_LIMIT]) if ENTRY_LIMIT in config else None
+    if settings.secure and limit is None:
+        raise UserInputError("secure sum: this training message belongs to no secure-sum round of this party; "
+                             "nothing is sent in clear")
+    if limit is not None and (problem := secure_headroom(corpus, settings, limit)):
+        raise UserInputError(problem)
+    server_round = int(config["server-round"])
+    weights = arrays[wire.WEIGHTS_KEY].numpy()
+    row, metrics = train_round(corpus, weights, state, server_round=server_round, settings=settings, seed=seed)
+    if limit is None:
+        return {wire.reply_key(settings): row}, metrics
+    update = row.astype(np.float64) if settings.sync == "minibatch" else \
+        row.astype(np.float64) - np.asarray(weights, dtype=np.float64).reshape(1, -1)
+    weight = int(metrics[wire.reply_metrics(settings)[0]])  # the plain reply's weight: aggregation_weight's value
+    rng = np.random.default_rng([seed, server_round, 2])  # the party's secret randomness: rounding only
+    return secure_update(update, weight, metrics.get("loss"), settings, limit, rng), {}
 
 
 #: The party side of ``ntm``.

@@ -29,10 +29,23 @@ Privacy. Without ``dp`` nothing is randomized (a gradient can reveal much of a
 mini-batch). With ``dp`` each party runs DP-SGD and accounts for itself in RDP (it alone
 knows its ``D_l`` and so its sample rate); the report gives, per document, the largest
 epsilon any party reported so far, at ``dp-delta``.
+
+Secure aggregation (``secure-aggregation=true``, :mod:`flower_topics.secure_sum`): the server
+receives only the sum over the round's parties of ``n_l u_l`` (each coordinate of the update
+``u_l`` clipped to ``secure-clip``, quantized to ``1 / quantum``), of ``n_l``, of the clipped
+coordinates and (without DP) of ``n_l`` times the loss (:mod:`flower_topics.wire.ntm`). Eq. (2)
+is that sum divided by ``sum n_l`` (FedAvg adds the averaged change to ``W``); each party's
+rounding error is below one unit, so the average is within ``parties / (quantum sum n_l)`` of
+the plain one on every coordinate. No party sends its epsilon: with DP the strategy runs the
+parties' accountant itself, for every round it sent (``dp-steps`` steps each) at the largest
+sample rate a party may have, ``batch-size / min-documents`` (1 without that bound), which
+bounds every party's own figure; each party still adds the full noise, so the guarantee does
+not rely on the secure sum.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from logging import INFO
@@ -56,12 +69,12 @@ from flower_topics.models.ntm import (
     unflatten_parameters,
     weighted_average,
 )
-from flower_topics.models.ntm_federated import build_model
+from flower_topics.models.ntm_federated import build_model, rdp_epsilon, rdp_of_step
 from flower_topics.outputs import MODEL_FILE, STATE_FILE
 from flower_topics.privacy.report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ntm as wire
-from flower_topics.wire.protocol import ReplySpec
+from flower_topics.wire.protocol import ReplyError, ReplySpec
 
 ACCOUNTANT = "RDP (opacus), per party"
 
@@ -88,6 +101,12 @@ DOCUMENT_GUARANTEE = (
     "evaluation is off. A party's reported epsilon (a function of q = batch-size / D) tells the server its number "
     "of documents D, which add/remove adjacency counts as private: read the figure for a party whose document "
     "count is public")
+#: The same under secure aggregation (no party's epsilon reaches the server).
+SECURE_DOCUMENT_GUARANTEE = (
+    "the training rounds' DP-SGD per document (add/remove one document of a party), accounted by the server with "
+    "the parties' RDP accountant for every round sent at the largest sample rate a party may have (batch-size / "
+    "ntm.min-documents, or 1); the vocabulary is composed in when it is accounted ('private') or public (a file); "
+    "federated evaluation is off")
 
 
 class NTM(TopicStrategy):
@@ -116,7 +135,7 @@ class NTM(TopicStrategy):
         super().__init__(vocabulary, **federation)
         if max_steps < 0 or not stop_tolerance >= 0:
             raise ValueError("max_steps and stop_tolerance must be >= 0")
-        self.ntm = settings
+        self.ntm = dataclasses.replace(settings, secure=self.secure is not None)  # what the parties are told
         self.max_steps = int(max_steps)
         self.stop_tolerance = float(stop_tolerance)
         self.model = self._network(seed=self.seed)
@@ -206,11 +225,28 @@ class NTM(TopicStrategy):
             return None, self.traffic_metrics(server_round)
         return super().aggregate_train(server_round, replies)
 
+    def decode_sum(self, server_round: int, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The secure sum as floats: the weighted update in update units (its integers / quantum), the rest as is."""
+        out = {key: value.astype(np.float64) for key, value in arrays.items()}
+        out[wire.SECURE_UPDATE_KEY] = out[wire.SECURE_UPDATE_KEY] / self.ntm.quantum
+        return out
+
+    def check_reply(self, server_round: int, reply: Reply) -> None:
+        """Under secure aggregation, the unmasked sum must have a positive total weight (else the round is held)."""
+        if self.secure is not None and not reply.arrays[wire.SECURE_WEIGHT_KEY][0] >= 1:
+            raise ReplyError(f"the summed aggregation weight is {reply.arrays[wire.SECURE_WEIGHT_KEY][0]:g}, not >= 1")
+
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
-        """Eqs. (1)-(3) (``minibatch``) or the document-weighted average of the weights (``local``)."""
+        """Eqs. (1)-(3) (``minibatch``) or the document-weighted average of the weights (``local``).
+
+        Under secure aggregation ``replies`` is the one unmasked sum: eq. (2) is its weighted
+        update over its weight (with ``local``, that average change is added to ``W``).
+        """
         current = self.weights(arrays)
         unflatten_parameters(self.model, current)
+        if self.secure is not None:
+            return self._finish(current, self._aggregate_sum(current, replies[0]))
         key = wire.reply_key(self.ntm)
         rows = [r.arrays[key].reshape(-1) for r in replies]
         if self.ntm.sync == "minibatch":
@@ -218,10 +254,7 @@ class NTM(TopicStrategy):
             apply_gradient(self.model, self.optimizer, gradient)  # eq. (3)
         else:
             unflatten_parameters(self.model, weighted_average(rows, [r.metrics["num-documents"] for r in replies]))
-        new = flatten_parameters(self.model, np.float32)
-        change = float(np.linalg.norm(new.astype(np.float64) - current) / max(np.linalg.norm(current), 1e-30))
-        self.steps += 1
-        metrics: dict[str, float] = {"relative-change": change, "steps": self.steps}
+        metrics: dict[str, float] = {}
         if self.ntm.dp:
             for r in replies:
                 self.party_epsilon[r.node_id] = max(self.party_epsilon.get(r.node_id, 0.0), r.metrics["epsilon"])
@@ -229,6 +262,28 @@ class NTM(TopicStrategy):
         else:
             metrics["loss"] = float(np.average([r.metrics["loss"] for r in replies],
                                                weights=[r.metrics[wire.reply_metrics(self.ntm)[0]] for r in replies]))
+        return self._finish(current, metrics)
+
+    def _aggregate_sum(self, current: np.ndarray, summed: Reply) -> dict[str, float]:
+        """Eq. (2) (or FedAvg's average change) from the secure sum, the step, and the sum's metrics."""
+        total = float(summed.arrays[wire.SECURE_WEIGHT_KEY][0])
+        average = summed.arrays[wire.SECURE_UPDATE_KEY].reshape(-1) / total
+        if self.ntm.sync == "minibatch":
+            apply_gradient(self.model, self.optimizer, average.astype(np.float32))  # eq. (3)
+        else:
+            unflatten_parameters(self.model, (np.asarray(current, dtype=np.float64) + average).astype(np.float32))
+        metrics = {"clipped-entries": float(summed.arrays[wire.SECURE_CLIPPED_KEY][0]),
+                   wire.reply_metrics(self.ntm)[0]: total}
+        if not self.ntm.dp:
+            metrics["loss"] = float(summed.arrays[wire.SECURE_LOSS_KEY][0]) / total
+        return metrics
+
+    def _finish(self, current: np.ndarray, metrics: dict[str, float]) -> tuple[ArrayRecord, dict[str, float]]:
+        """The new global weights, the relative change, the steps and the stopping criteria."""
+        new = flatten_parameters(self.model, np.float32)
+        change = float(np.linalg.norm(new.astype(np.float64) - current) / max(np.linalg.norm(current), 1e-30))
+        self.steps += 1
+        metrics = {"relative-change": change, "steps": self.steps, **metrics}
         if self.max_steps and self.steps >= self.max_steps:
             self.stopped = f"max-steps {self.max_steps} reached"
         elif self.stop_tolerance and change < self.stop_tolerance:
@@ -294,9 +349,13 @@ class NTM(TopicStrategy):
         """Without DP none; with DP, per document, the largest epsilon a party reported (its own RDP accounting)."""
         rounds = sum(1 for t in self.traffic.values() if t.nodes_sampled)
         if not self.ntm.dp:
-            return PrivacyReport.no_mechanism(rounds=rounds, reason="ntm.dp=false (the paper's method): each party's "
-                                              "gradients (or weights) are sent without noise")
+            what = ("the round's sum of the parties' gradients (or weights) is computed without noise; the server sees "
+                    "only that sum (secure aggregation)" if self.secure is not None else
+                    "each party's gradients (or weights) are sent without noise")
+            return PrivacyReport.no_mechanism(rounds=rounds, reason=f"ntm.dp=false (the paper's method): {what}")
         steps = 1 if self.ntm.sync == "minibatch" else self.ntm.local_steps
+        if self.secure is not None:
+            return self._secure_privacy_report(rounds, steps)
         epsilon = self.epsilon_before + max(self.party_epsilon.values(), default=0.0)
         document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
                                         document_guarantee=DOCUMENT_GUARANTEE)
@@ -315,3 +374,39 @@ class NTM(TopicStrategy):
             details={"noise_multiplier": self.ntm.noise_multiplier, "max_grad_norm": self.ntm.max_grad_norm,
                      "dp_steps_per_round": steps, "parties_reporting": len(self.party_epsilon),
                      "training_document_epsilon": epsilon})
+
+    def _secure_privacy_report(self, rounds: int, steps: int) -> PrivacyReport:
+        """With DP under secure aggregation: the parties' RDP accountant, run by the server.
+
+        Every round the server sent (lost ones included: ``rounds``) counts ``steps`` DP-SGD
+        steps for every party, each a Gaussian mechanism of noise multiplier ``sigma`` with
+        Poisson sampling at ``q = batch-size / min-documents`` (capped at 1; 1 when
+        ``min-documents`` is 0). RDP grows with ``q`` and with the steps, so this bounds the
+        epsilon every party's own accountant reaches (a party with fewer documents refused).
+        """
+        q = self.ntm.secure_sample_rate()
+        step = rdp_of_step(q, self.ntm.noise_multiplier)
+        epsilon = rdp_epsilon(rounds * steps * step, self.ntm.dp_delta) if rounds else 0.0
+        document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
+                                        document_guarantee=SECURE_DOCUMENT_GUARANTEE)
+        evaluation = self.unaccounted_evaluation()
+        if evaluation is not None:
+            document = dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
+                                               f"{epsilon:.4g}, delta {self.ntm.dp_delta:g} per document)")
+        return PrivacyReport(
+            mechanism="gaussian (DP-SGD)", unit="document", accountant="RDP (opacus), run by the server at the "
+            "largest sample rate a party may have", rounds=rounds,
+            epsilon_round=rdp_epsilon(steps * step, self.ntm.dp_delta), delta_round=self.ntm.dp_delta,
+            epsilon=epsilon, delta=self.ntm.dp_delta,
+            guarantee="(eps, delta)-DP per document of a party (add/remove), DP-SGD with Poisson sampling, "
+                      "per-document clipping and Gaussian noise at every party; accounted for every party at "
+                      f"q = {q:.4g} (batch-size / ntm.min-documents, capped at 1), which bounds each party's own "
+                      "accountant; each party adds the full noise, so it does not rely on the secure sum",
+            **document,
+            details={"noise_multiplier": self.ntm.noise_multiplier, "max_grad_norm": self.ntm.max_grad_norm,
+                     "dp_steps_per_round": steps, "sample_rate": q, "min_documents": self.ntm.min_documents,
+                     "training_document_epsilon": epsilon,
+                     "secure_aggregation": "the server sees only each round's sum of the parties' weighted updates "
+                                           f"(clipped to {self.ntm.secure_clip:g} per coordinate, quantized to 1/"
+                                           f"{self.ntm.quantum:g}), of their weights and clipped counts; no party's "
+                                           "epsilon, batch or document count"})

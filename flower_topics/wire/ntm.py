@@ -20,6 +20,25 @@ plus ``loss`` (the mean negative ELBO of its last mini-batch) without DP, and
 ``epsilon`` (the party's own RDP accounting at ``dp-delta``) with DP. Nothing else: no
 document, no embedding, no per-document quantity.
 
+Under secure aggregation (``secure-aggregation=true``, :func:`secure_reply_spec`) the reply is
+instead the integer arrays below, concatenated and masked into one vector
+(:mod:`flower_topics.secure_sum`), and no metric: the server learns only their sum over the
+round's parties. With ``n_l`` the aggregation weight (``batch-size``, or ``num-documents``
+with ``sync="local"``) and ``u_l`` the update (the gradient ``G_l``, or the weight change
+``W_l - W``), each coordinate of ``u_l`` clipped to ``[-secure-clip, secure-clip]``:
+
+- :data:`SECURE_UPDATE_KEY`: ``n_l u_l`` in units of ``1 / quantum``, each entry rounded
+  down or up at random (unbiased, the party's secret randomness), ``(1, P)``;
+- :data:`SECURE_WEIGHT_KEY`: ``n_l``, ``(1,)``;
+- :data:`SECURE_CLIPPED_KEY`: how many coordinates of ``u_l`` the clipping changed, ``(1,)``;
+- :data:`SECURE_LOSS_KEY` (without DP): ``n_l`` times the loss, in whole units, ``(1,)``.
+
+A party's entries are at most ``n_l x secure-clip x quantum + 1`` in magnitude; it checks that
+against the range before it computes anything (:func:`secure_bound`), so no sum can wrap.
+With DP the per-party ``epsilon`` does not leave the party: the server accounts with the
+same RDP accountant at the largest sample rate a party may have, ``batch-size /
+min-documents`` (1 when ``min-documents`` is 0), and a party with fewer documents refuses.
+
 This module is numpy only (no torch): the parameter count ``P`` of a reply is computed
 from the architecture by :func:`n_parameters`, which the tests check against the torch
 model.
@@ -34,12 +53,23 @@ from flower_topics.options import Option, at_least, in_range, one_of, positive
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "ntm"
+#: Its replies are only averaged (eq. 2, or FedAvg): they can go through secure aggregation, each party's
+#: weighted update quantized to ``1 / quantum`` after clipping each coordinate to ``secure-clip``.
+SECURE_SUM = True
 #: Server to party: the global weights, flat float32 ``(P,)``.
 WEIGHTS_KEY = "weights"
 #: Party to server, ``sync="minibatch"``: the mini-batch gradient ``G_l``, float32 ``(1, P)``.
 GRADIENT_KEY = "gradient"
 #: Party to server, ``sync="local"``: the party's weights after its local steps, float32 ``(1, P)``.
 NEW_WEIGHTS_KEY = "local-weights"
+#: Under secure aggregation (integers, summed under masks): the weighted, clipped, quantized update ``n_l u_l``.
+SECURE_UPDATE_KEY = "weighted-update"
+#: Under secure aggregation: the aggregation weight ``n_l``.
+SECURE_WEIGHT_KEY = "weight"
+#: Under secure aggregation: the number of coordinates of ``u_l`` the clipping changed.
+SECURE_CLIPPED_KEY = "clipped-entries"
+#: Under secure aggregation, without DP: ``n_l`` times the loss, in whole units.
+SECURE_LOSS_KEY = "weighted-loss"
 
 MODELS = ("prodlda", "combinedtm", "zeroshottm")
 SYNCS = ("minibatch", "local")
@@ -74,6 +104,13 @@ OPTIONS: Mapping[str, Option] = {
                        in_range(0, 1, low_open=True, high_open=True)),
     "embedding-model": Option("", "combinedtm/zeroshottm: folder of a sentence-transformers model each party "
                               "embeds its documents with ('' = the offline all-MiniLM-L6-v2)"),
+    "secure-clip": Option(100.0, "secure aggregation: each coordinate of a party's update (its mean gradient, or "
+                          "with sync=local its weight change) is clipped to [-secure-clip, secure-clip]", positive),
+    "quantum": Option(4096.0, "secure aggregation: integer units per unit of the weighted update (each entry scaled "
+                      "by it and randomly rounded down or up)", at_least(1)),
+    "min-documents": Option(0, "dp with secure aggregation: public lower bound on each party's training documents; "
+                            "the server accounts at q = batch-size / min-documents (0: q = 1) and a party with "
+                            "fewer refuses", at_least(0)),
 }
 
 
@@ -134,6 +171,15 @@ class NTMSettings:
     embedding_size : int
         E, the dimension of that model's embeddings; resolved by the strategy (0 for
         prodlda), sent as ``ntm.embedding-size`` so that every party builds the same network.
+    secure : bool
+        Secure aggregation: the party sends :func:`secure_reply_spec`'s integers, no metric.
+    secure_clip : float
+        Under secure aggregation, the bound on each coordinate of a party's update.
+    quantum : float
+        Under secure aggregation, integer units per unit of the weighted update.
+    min_documents : int
+        Under secure aggregation with DP, the public lower bound on a party's documents
+        that the server's accounting assumes (0: none, sample rate 1).
     """
 
     n_topics: int
@@ -150,6 +196,10 @@ class NTMSettings:
     dp_delta: float = 1e-5
     embedding_model: str = ""
     embedding_size: int = 0
+    secure: bool = False
+    secure_clip: float = 100.0
+    quantum: float = 4096.0
+    min_documents: int = 0
 
     def __post_init__(self) -> None:
         if self.n_topics < 2:
@@ -163,6 +213,8 @@ class NTMSettings:
         if not (self.learning_rate > 0 and self.noise_multiplier > 0 and self.max_grad_norm > 0
                 and 0 < self.dp_delta < 1):
             raise ValueError("learning-rate, noise-multiplier and max-grad-norm must be > 0, dp-delta in (0, 1)")
+        if not (self.secure_clip > 0 and self.quantum >= 1 and self.min_documents >= 0):
+            raise ValueError("ntm.secure-clip must be > 0, ntm.quantum >= 1 and ntm.min-documents >= 0")
         problem = self.norm_problem()
         if problem:
             raise ValueError(problem)
@@ -197,7 +249,10 @@ class NTMSettings:
                    noise_multiplier=float(record["ntm.noise-multiplier"]),
                    max_grad_norm=float(record["ntm.max-grad-norm"]), dp_delta=float(record["ntm.dp-delta"]),
                    embedding_model=str(record["ntm.embedding-model"]),
-                   embedding_size=int(record.get("ntm.embedding-size", 0)))
+                   embedding_size=int(record.get("ntm.embedding-size", 0)),
+                   secure=bool(record.get("secure-aggregation", False)),
+                   secure_clip=float(record["ntm.secure-clip"]), quantum=float(record["ntm.quantum"]),
+                   min_documents=int(record["ntm.min-documents"]))
 
     def to_record(self) -> dict[str, int | float | str | bool]:
         """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
@@ -206,7 +261,14 @@ class NTMSettings:
                 "ntm.learning-rate": self.learning_rate, "ntm.optimizer": self.optimizer, "ntm.norm": self.norm,
                 "ntm.dp": self.dp, "ntm.noise-multiplier": self.noise_multiplier,
                 "ntm.max-grad-norm": self.max_grad_norm, "ntm.dp-delta": self.dp_delta,
-                "ntm.embedding-model": self.embedding_model, "ntm.embedding-size": self.embedding_size}
+                "ntm.embedding-model": self.embedding_model, "ntm.embedding-size": self.embedding_size,
+                "secure-aggregation": self.secure, "ntm.secure-clip": self.secure_clip, "ntm.quantum": self.quantum,
+                "ntm.min-documents": self.min_documents}
+
+    def secure_sample_rate(self) -> float:
+        """Under secure aggregation with DP, the largest sample rate any party may have: ``batch-size /
+        min-documents``, capped at 1 (1 when ``min-documents`` is 0)."""
+        return 1.0 if self.min_documents == 0 else min(1.0, self.batch_size / self.min_documents)
 
 
 #: The settings class (what every party of a round receives).
@@ -224,8 +286,32 @@ def reply_metrics(settings: NTMSettings) -> tuple[str, ...]:
     return (weight, "epsilon") if settings.dp else (weight, "loss")
 
 
+def secure_bound(settings: NTMSettings, weight: int) -> float:
+    """The largest magnitude of an entry of a party's secure reply with aggregation weight ``weight``.
+
+    ``weight x secure-clip x quantum``, plus 1 for the random rounding up; the weight itself and
+    the clipped-coordinate count are smaller whenever ``secure-clip x quantum >= 1`` and ``P`` is
+    below it; the loss entry is clipped to the range (a reported figure only).
+    """
+    return weight * settings.secure_clip * settings.quantum + 1.0
+
+
+def secure_reply_spec(settings: NTMSettings, vocab_size: int) -> ReplySpec:
+    """A reply's arrays under secure aggregation, in the order they are concatenated (no metric)."""
+    p = n_parameters(settings.model, vocab_size, settings.n_topics, settings.embedding_size)
+    arrays = {SECURE_UPDATE_KEY: ArraySpec("integer", (1, p), what="weighted update in units of 1/quantum"),
+              SECURE_WEIGHT_KEY: ArraySpec("integer", (1,), low=0, what="aggregation weight"),
+              SECURE_CLIPPED_KEY: ArraySpec("integer", (1,), low=0, what="clipped coordinates")}
+    if not settings.dp:
+        arrays[SECURE_LOSS_KEY] = ArraySpec("integer", (1,), what="weighted loss")
+    return ReplySpec(METHOD, arrays, metrics=(), max_bytes=8 * (p + 3) + (1 << 16))
+
+
 def reply_spec(settings: NTMSettings, vocab_size: int) -> ReplySpec:
-    """A valid reply: one finite float ``(1, P)`` row (gradient or weights) and :func:`reply_metrics`."""
+    """A valid reply: one finite float ``(1, P)`` row (gradient or weights) and :func:`reply_metrics`
+    (under secure aggregation, :func:`secure_reply_spec`)."""
+    if settings.secure:
+        return secure_reply_spec(settings, vocab_size)
     p = n_parameters(settings.model, vocab_size, settings.n_topics, settings.embedding_size)
     what = "mini-batch gradient G_l" if settings.sync == "minibatch" else "local weights"
     return ReplySpec(METHOD, {reply_key(settings): ArraySpec("floating", (1, p), what=what)},
