@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import secrets
 from dataclasses import dataclass, fields
-from logging import ERROR
+from logging import ERROR, INFO
 from typing import Any, Callable, Mapping, TypeVar
 
 import numpy as np
@@ -323,7 +323,9 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
         def handle(msg: Message, context: Context) -> Message:
             try:
                 config = data_config(context.run_config if run_config is None else run_config)
-                party_state.restore(context)  # a restarted SuperNode's state, from its state-dir
+                if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
+                    log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
+                        context.run_id)
                 reply = step(msg, context, config)
                 if keeps_state:
                     party_state.persist(context)

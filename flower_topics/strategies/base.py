@@ -223,6 +223,7 @@ class TopicStrategy(Strategy):
         self._eval_phi: np.ndarray | None = None
         #: unanswered messages of recent rounds; a reply that comes after its round is logged and ignored
         self.outstanding = OutstandingMessages()
+        self._grid: Grid | None = None
         self._sent: dict[tuple[str, int], list[Message]] = {}
 
     @staticmethod
@@ -307,6 +308,7 @@ class TopicStrategy(Strategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """One ``train.<method>`` message per sampled node."""
+        self._grid = grid
         self.outstanding.collect_late(grid, server_round)
         traffic = self.traffic[server_round] = RoundTraffic()
         self._current = arrays
@@ -375,6 +377,7 @@ class TopicStrategy(Strategy):
                 log(WARNING, "round %d: reply of node %d rejected: %s", server_round, node_id, exc)
                 continue
             valid.append(reply)
+        self.outstanding.collect_late(self._grid, server_round)  # what came in late while this round ran
         self.outstanding.round_ended(server_round, "train", self._sent.pop(("train", server_round), []), replied)
         self._stop_if_too_few_nodes(server_round)
         needed = self.replies_needed(traffic.nodes_sampled)

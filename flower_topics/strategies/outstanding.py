@@ -3,8 +3,8 @@
 Flower's ``Grid.send_and_receive`` stops waiting at the round's timeout and returns the
 replies it has; a reply that reaches the SuperLink later is never pulled and never seen.
 The strategy records the messages of each round that went unanswered
-(:meth:`OutstandingMessages.round_ended`), and at the start of the next round pulls
-whatever has arrived for them since (:meth:`OutstandingMessages.collect_late`): such a
+(:meth:`OutstandingMessages.round_ended`), and at the start and the end of the next rounds
+pulls whatever has arrived for them since (:meth:`OutstandingMessages.collect_late`): such a
 reply is ignored (its round is closed; the party learns from ``last-applied-round`` that
 it was not applied) and said in the log, with the node and the round it belonged to.
 """
@@ -42,9 +42,9 @@ class OutstandingMessages:
                 self.sent[message_id] = (server_round, msg.metadata.dst_node_id, kind)
         self.sent = {mid: where for mid, where in self.sent.items() if where[0] > server_round - self.keep_rounds}
 
-    def collect_late(self, grid: Grid, server_round: int) -> list[Message]:
+    def collect_late(self, grid: Grid | None, server_round: int) -> list[Message]:
         """Pull the replies that came after their round; log and return them (they are not used)."""
-        if not self.sent:
+        if not self.sent or grid is None:
             return []
         try:
             arrived = list(grid.pull_messages(list(self.sent)))
