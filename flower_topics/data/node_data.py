@@ -34,10 +34,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from flower_topics.data.corpus import Corpus
+from flower_topics.data.corpus_cache import READING_KEYS, CachedCorpus, cached_corpus, read_source
 from flower_topics.data.partition import parse_sizes, partition_documents
 from flower_topics.data.prepare import synthetic_config
-from flower_topics.data.preprocessing import PreprocessConfig
-from flower_topics.data.readers import expand_path, load_corpus, path_exists
+from flower_topics.data.readers import expand_path, path_exists
 from flower_topics.data.splits import ensure_split
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.data.synthetic import make_synthetic_corpus
@@ -68,7 +68,6 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "partition-id": Option(0, "simulation: this node's share of the run config's dataset", at_least(0)),
     "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into", at_least(1)),
 }
-READING_KEYS = ("text-column", "label-column", "lowercase", "stopwords")
 
 
 @dataclass(frozen=True)
@@ -225,27 +224,37 @@ def _misspelt(node_config: Mapping[str, Any]) -> str:
 
 
 def simulated_share(run_config: Mapping[str, Any], partition_id: int, num_partitions: int) -> NodeDocuments:
-    """Share ``partition_id`` of ``num_partitions`` of the run config's dataset (see the module docstring)."""
+    """Share ``partition_id`` of ``num_partitions`` of the run config's dataset (see the module docstring).
+
+    A corpus file is preprocessed once into the corpus cache
+    (:mod:`flower_topics.data.corpus_cache`) and every process, every simulated party,
+    memory-maps it and materializes only this share's documents; with the cache off
+    (``FLOWER_TOPICS_CACHE_DIR=off``) the process reads the whole corpus itself. Either
+    way the share is the same, document for document.
+    """
     keys = ("dataset", *READING_KEYS, "seed", "heldout-fraction", "partition", "dirichlet-alpha",
             "partition-sizes", "label-groups")
     items = tuple((k, run_config[k]) for k in keys) + tuple(
         sorted((k, v) for k, v in run_config.items() if str(k).startswith("synthetic-")))
-    shares, curated, source = _shares(items, num_partitions)
-    return NodeDocuments(shares[partition_id], curated, f"share {partition_id} of {num_partitions} of {source}")
+    name = f"share {partition_id} of {num_partitions} of dataset {str(run_config['dataset'])!r}"
+    if str(run_config["dataset"]) != SYNTHETIC:
+        cached = _cached(items)
+        if cached is not None:
+            split, parts = _cached_shares(items, num_partitions)
+            return NodeDocuments(cached.subset(parts[partition_id], split=split), cached.curated, name)
+    shares, curated = _shares(items, num_partitions)
+    return NodeDocuments(shares[partition_id], curated, name)
 
 
-@lru_cache(maxsize=4)
-def _shares(items: tuple[tuple[str, Any], ...], num_partitions: int) -> tuple[tuple[Corpus, ...], bool, str]:
-    config = dict(items)
+def share_indices(corpus: Corpus, config: Mapping[str, Any], num_partitions: int) -> list[np.ndarray]:
+    """The documents of each simulated share, as sorted indices into ``corpus`` (which has its split).
+
+    Training documents (``train`` and ``val``) are partitioned by the config's ``partition``
+    scheme; held-out (``test``) documents are dealt at random (seeded), so that together the
+    shares hold every held-out document once. Only the documents' number, labels and split
+    are looked at.
+    """
     seed = int(config["seed"])
-    dataset = str(config["dataset"])
-    if dataset == SYNTHETIC:
-        synthetic = make_synthetic_corpus(synthetic_config(config), seed=seed)
-        ratios = split_ratios(float(config["heldout-fraction"]))
-        corpus, curated = ensure_split(synthetic.corpus, seed=seed, ratios=ratios), True
-    else:
-        reading = tuple((k, config[k]) for k in sorted(READING_KEYS))
-        corpus, curated = _read(resolve_dataset(dataset), reading, seed, float(config["heldout-fraction"]))
     train_ids = np.flatnonzero(corpus.split != "test")
     test_ids = np.flatnonzero(corpus.split == "test")
     groups = str(config["label-groups"]).strip()
@@ -256,23 +265,55 @@ def _shares(items: tuple[tuple[str, Any], ...], num_partitions: int) -> tuple[tu
         label_groups=[g.split("+") for g in groups.split(";")] if groups else None,
     )
     heldout = np.array_split(np.random.default_rng([seed, 2]).permutation(test_ids.size), num_partitions)
-    shares = tuple(corpus.subset(np.sort(np.concatenate([train_ids[p], test_ids[h]])))
-                   for p, h in zip(parts, heldout))
-    return shares, curated, f"dataset {dataset!r}"
+    return [np.sort(np.concatenate([train_ids[p], test_ids[h]])) for p, h in zip(parts, heldout)]
+
+
+@lru_cache(maxsize=4)
+def _shares(items: tuple[tuple[str, Any], ...], num_partitions: int) -> tuple[tuple[Corpus, ...], bool]:
+    """Every share, read in this process (a synthetic corpus, or with the corpus cache off)."""
+    config = dict(items)
+    seed = int(config["seed"])
+    dataset = str(config["dataset"])
+    if dataset == SYNTHETIC:
+        synthetic = make_synthetic_corpus(synthetic_config(config), seed=seed)
+        ratios = split_ratios(float(config["heldout-fraction"]))
+        corpus, curated = ensure_split(synthetic.corpus, seed=seed, ratios=ratios), True
+    else:
+        reading = tuple((k, config[k]) for k in sorted(READING_KEYS))
+        corpus, curated = _read(resolve_dataset(dataset), reading, seed, float(config["heldout-fraction"]))
+    return tuple(corpus.subset(idx) for idx in share_indices(corpus, config, num_partitions)), curated
+
+
+@lru_cache(maxsize=4)
+def _cached(items: tuple[tuple[str, Any], ...]) -> CachedCorpus | None:
+    """The run's corpus file from the corpus cache (a memory map), or None with the cache off."""
+    config = dict(items)
+    path = resolve_dataset(str(config["dataset"]))
+    if not path_exists(path):
+        raise UserInputError(f"dataset {shown(path, 200)} does not exist; pass the path of an OCTIS folder, .jsonl, "
+                             ".csv or folder of .txt files")
+    return cached_corpus(path, {k: config[k] for k in READING_KEYS})
+
+
+@lru_cache(maxsize=8)
+def _cached_shares(items: tuple[tuple[str, Any], ...], num_partitions: int
+                   ) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The split of the cached corpus (its own or seeded) and every share's document indices."""
+    config = dict(items)
+    cached = _cached(items)
+    assert cached is not None
+    skeleton = ensure_split(cached.skeleton(), seed=int(config["seed"]),
+                            ratios=split_ratios(float(config["heldout-fraction"])))
+    return skeleton.split, tuple(share_indices(skeleton, config, num_partitions))
 
 
 @lru_cache(maxsize=4)
 def _read(path: str, reading: tuple[tuple[str, Any], ...], seed: int, heldout: float) -> tuple[Corpus, bool]:
     """A corpus file over its own words (no frequency filters), with its split (OCTIS) or a seeded one."""
-    options = dict(reading)
     if not path_exists(path):
         raise UserInputError(f"dataset {shown(path, 200)} does not exist; pass the path of an OCTIS folder, .jsonl, "
                              ".csv or folder of .txt files")
-    config = PreprocessConfig(lowercase=bool(options["lowercase"]),
-                              stopwords=None if options["stopwords"] == "none" else str(options["stopwords"]),
-                              min_df=1, max_df=1.0, max_vocab=None, min_doc_length=1)
-    corpus = load_corpus(path, text_column=str(options["text-column"]), label_column=str(options["label-column"]),
-                         preprocess_config=config)
+    corpus = read_source(path, dict(reading))
     curated = corpus.split is not None  # an OCTIS folder: its vocabulary.txt and its split
     return ensure_split(corpus, seed=seed, ratios=split_ratios(heldout)), curated
 

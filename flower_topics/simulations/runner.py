@@ -67,13 +67,14 @@ def simulate(
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
-    shares = [simulated_share(config, i, num_clients).corpus for i in range(num_clients)]  # validates first
+    # validates first; each share's size only, so that this process does not hold the corpus during the run
+    shares = [_training_size(simulated_share(config, i, num_clients).corpus) for i in range(num_clients)]
     if mode == "federated":
         rows = [_federated(config, num_clients, out_dir, shares)]
     elif mode == "centralized":
         pooled = {**config, "partition": "iid", "partition-sizes": "", "label-groups": ""}
-        rows = [_single_party(pooled, {"partition-id": 0, "num-partitions": 1}, simulated_share(pooled, 0, 1).corpus,
-                              out_dir, mode, "centralized")]
+        rows = [_single_party(pooled, {"partition-id": 0, "num-partitions": 1},
+                              _training_size(simulated_share(pooled, 0, 1).corpus), out_dir, mode, "centralized")]
     else:
         rows = [
             _single_party(config, {"partition-id": i, "num-partitions": num_clients}, share,
@@ -115,7 +116,8 @@ def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
     return run_config_path
 
 
-def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[Corpus]) -> dict[str, Any]:
+def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[tuple[int, int]]
+               ) -> dict[str, Any]:
     """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path)."""
     import tempfile
 
@@ -137,26 +139,31 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: 
     return _row("federated", "federated", shares, out_dir, time.time() - started, model)
 
 
-def _single_party(config: Mapping[str, Any], node_config: Mapping[str, Any], corpus: Corpus, out_dir: Path,
+def _single_party(config: Mapping[str, Any], node_config: Mapping[str, Any], size: tuple[int, int], out_dir: Path,
                   mode: str, name: str) -> dict[str, Any]:
-    """The method on one in-process node holding ``corpus`` (the node's partition), written to ``out_dir``."""
+    """The method on one in-process node (its training documents and tokens: ``size``), written to ``out_dir``."""
     from flower_topics.client_app import make_client_app
     from flower_topics.server_app import run_server
 
     run_config = {**config, "output-dir": str(out_dir)}
     started = time.time()
     model = run_server(InProcessGrid(make_client_app(run_config), [node_config], run_config), run_config)
-    logger.info("%s %s: %d documents, %d rounds", mode, name, corpus.n_docs, int(config["num-rounds"]))
-    return _row(mode, name, [corpus], out_dir, time.time() - started, model)
+    logger.info("%s %s: %d documents, %d rounds", mode, name, size[0], int(config["num-rounds"]))
+    return _row(mode, name, [size], out_dir, time.time() - started, model)
 
 
-def _row(mode: str, name: str, shares: list[Corpus], out_dir: Path, wall: float, model: TopicModel
+def _training_size(share: Corpus) -> tuple[int, int]:
+    """The number of training (``train`` and ``val``) documents and tokens of a share."""
+    training = share.select_split("train", "val")
+    return training.n_docs, training.n_tokens
+
+
+def _row(mode: str, name: str, shares: list[tuple[int, int]], out_dir: Path, wall: float, model: TopicModel
          ) -> dict[str, Any]:
-    """The results row of one model: its training documents (before the vocabulary) and last metrics."""
+    """The results row of one model: its training documents and tokens (before the vocabulary), last metrics."""
     last = read_metrics(out_dir / "metrics.jsonl")[-1]
-    training = [share.select_split("train", "val") for share in shares]
-    row: dict[str, Any] = {"mode": mode, "model": name, "documents": sum(c.n_docs for c in training),
-                           "tokens": sum(c.n_tokens for c in training)}
+    row: dict[str, Any] = {"mode": mode, "model": name, "documents": sum(docs for docs, _ in shares),
+                           "tokens": sum(tokens for _, tokens in shares)}
     row.update({c: last.get(c) for c in TABLE_COLUMNS if c in last and c not in row})
     privacy = last.get("privacy") or {}
     row.update(epsilon=privacy.get("epsilon"), delta=privacy.get("delta"), privacy_unit=privacy.get("unit"))

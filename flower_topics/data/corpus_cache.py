@@ -1,0 +1,410 @@
+"""On-disk cache of preprocessed corpora, so that the processes of a simulation read a corpus once.
+
+In a simulation every simulated party's share comes from the same corpus file. Read and
+tokenized in every process, a 25 MB JSON-lines corpus costs each of them about 8-10 s and,
+through the Python strings of tokenization, 600-700 MB of resident memory that the process
+keeps after it is done. Instead the first process that needs the corpus preprocesses it
+once into a cache file, and every process then memory-maps that file and materializes
+only the documents it needs (:meth:`CachedCorpus.subset`: one party's share).
+
+A cache file holds the corpus exactly as :func:`~flower_topics.data.readers.load_corpus`
+returns it for the reading options (``text-column``, ``label-column``, ``lowercase``,
+``stopwords``; every word kept, no document-frequency filter): token ids in the smallest
+unsigned integer type that holds the vocabulary's size, document offsets in the smallest
+that holds the number of tokens, the vocabulary, the labels, the split an OCTIS folder
+carries and where sentences start. The seeded train/val/test split and the partition are
+not stored: they are drawn from the run's seed over the cached documents, as before.
+
+Where: ``$FLOWER_TOPICS_CACHE_DIR`` when set (``off`` turns the cache off), else
+``$XDG_CACHE_HOME/flower-topics/corpora`` (``~/.cache/flower-topics/corpora``). One file
+per source path and reading options, ``corpus-<hash>.bin``; deleting it (or the folder) at
+any time is safe. A file is written under a name of its own process, then renamed over
+the cache file (``os.replace``), so no reader ever sees a half-written file. A reader
+checks the format version, the source's identity (path, size and modification time of
+every file the reader reads), the reading options, the file's length and a CRC-32 of its
+content, and rebuilds a file that is stale or damaged.
+
+A corpus file larger than :data:`CHILD_BUILD_BYTES` is preprocessed in a child process
+(``python -m flower_topics.data.corpus_cache``): the parent then never holds the
+tokenizer's garbage, only the memory map.
+
+This cache serves simulated shares (every party on one machine reads the same public
+file). A deployed party's own corpus is read as before, once per process, and never
+written anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from flower_topics.data.corpus import SPLITS, Corpus
+from flower_topics.data.preprocessing import PreprocessConfig
+from flower_topics.data.readers import OCTIS_CORPUS, OCTIS_VOCABULARY, expand_path, load_corpus
+from flower_topics.errors import UserInputError
+
+logger = logging.getLogger("flower_topics")
+
+#: Environment variable naming the cache folder (``off``: no cache).
+CACHE_ENV = "FLOWER_TOPICS_CACHE_DIR"
+#: Bumped whenever the file layout or what the reader produces changes: older files are rebuilt.
+FORMAT_VERSION = 1
+MAGIC = b"FTCORPUS"
+#: Corpus sources (all their files together) larger than this are preprocessed in a child process.
+CHILD_BUILD_BYTES = 8 << 20
+_ALIGN = 64
+_PREFIX = len(MAGIC) + 8
+#: The reading options a cached corpus depends on (node config or run config keys).
+READING_KEYS = ("text-column", "label-column", "lowercase", "stopwords")
+
+
+def cache_dir() -> Path | None:
+    """The cache folder: ``$FLOWER_TOPICS_CACHE_DIR``, else ``$XDG_CACHE_HOME/flower-topics/corpora``;
+    None when the variable is ``off`` (or ``none``, ``0``, ``false``)."""
+    value = os.environ.get(CACHE_ENV, "").strip()
+    if value.lower() in ("off", "none", "0", "false"):
+        return None
+    if value:
+        return expand_path(value)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "flower-topics" / "corpora"
+
+
+def preprocess_config(reading: Mapping[str, Any]) -> PreprocessConfig:
+    """How a party reads raw text: the reading options, every word kept (no document-frequency filter)."""
+    return PreprocessConfig(lowercase=bool(reading["lowercase"]),
+                            stopwords=None if reading["stopwords"] == "none" else str(reading["stopwords"]),
+                            min_df=1, max_df=1.0, max_vocab=None, min_doc_length=1)
+
+
+def read_source(path: str | os.PathLike[str], reading: Mapping[str, Any]) -> Corpus:
+    """The corpus at ``path`` over its own words, read with the reading options (no cache)."""
+    return load_corpus(path, text_column=str(reading["text-column"]), label_column=str(reading["label-column"]),
+                       preprocess_config=preprocess_config(reading))
+
+
+def source_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The files :func:`~flower_topics.data.readers.load_corpus` reads for ``path`` (its identity)."""
+    path = expand_path(path)
+    if path.is_file() and path.name == OCTIS_CORPUS:
+        path = path.parent
+    if path.is_dir() and (path / OCTIS_CORPUS).is_file():
+        return [p for p in (path / OCTIS_CORPUS, path / OCTIS_VOCABULARY) if p.is_file()]
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*.txt") if p.is_file())
+    return [path]
+
+
+def source_identity(path: str | os.PathLike[str]) -> list[list[Any]]:
+    """``[absolute path, size, modification time in ns]`` of each file the corpus at ``path`` is read from."""
+    identity = []
+    for file in source_files(path):
+        stat = file.stat()
+        identity.append([str(file.resolve()), int(stat.st_size), int(stat.st_mtime_ns)])
+    return identity
+
+
+def cache_key(path: str | os.PathLike[str], reading: Mapping[str, Any]) -> str:
+    """What names a cache file: the format version, the source's absolute path and the reading options."""
+    options = {key: reading[key] for key in READING_KEYS}
+    return json.dumps([FORMAT_VERSION, str(expand_path(path).resolve()), options], sort_keys=True)
+
+
+def cache_file(folder: Path, key: str) -> Path:
+    """The cache file of ``key`` in ``folder``."""
+    return folder / f"corpus-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:24]}.bin"
+
+
+@dataclass(frozen=True)
+class CachedCorpus:
+    """A preprocessed corpus, memory-mapped from its cache file.
+
+    Parameters
+    ----------
+    tokens : np.ndarray
+        Token ids of all documents (read-only map, smallest unsigned type).
+    doc_ptr : np.ndarray
+        ``int64`` document offsets into ``tokens``.
+    vocabulary : tuple of str
+        The corpus' words, in id order.
+    labels : np.ndarray or None
+        Label of each document (object array of str), or None.
+    split : np.ndarray or None
+        The split the source carries (an OCTIS folder), or None.
+    sentence_start : np.ndarray or None
+        ``bool`` per token (read-only map), or None.
+    curated : bool
+        The vocabulary is a curated list (an OCTIS folder's).
+    """
+
+    tokens: np.ndarray
+    doc_ptr: np.ndarray
+    vocabulary: tuple[str, ...]
+    labels: np.ndarray | None
+    split: np.ndarray | None
+    sentence_start: np.ndarray | None
+    curated: bool
+
+    @property
+    def n_docs(self) -> int:
+        """Number of documents."""
+        return int(self.doc_ptr.size - 1)
+
+    def skeleton(self) -> Corpus:
+        """The documents without their words (no token, no vocabulary): labels and split only, what the seeded
+        split and the partitioners look at."""
+        return Corpus(tokens=np.zeros(0, dtype=np.int32), doc_ptr=np.zeros(self.n_docs + 1, dtype=np.int64),
+                      vocabulary=(), labels=self.labels, split=self.split)
+
+    def subset(self, indices: Sequence[int] | np.ndarray, split: np.ndarray | None = None) -> Corpus:
+        """The documents at ``indices`` (in that order) as an in-memory :class:`Corpus`, exactly what
+        ``Corpus.subset`` of the whole corpus gives; only their tokens are read from the map.
+
+        Parameters
+        ----------
+        indices : array-like of int
+            Document indices into the whole corpus.
+        split : np.ndarray, optional
+            A split of the whole corpus (one entry per document) to use instead of the cached one.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_docs):
+            raise IndexError("document index out of range")
+        lengths = np.diff(self.doc_ptr)[idx]
+        doc_ptr = np.zeros(idx.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=doc_ptr[1:])
+        token_pos = np.repeat(self.doc_ptr[idx] - doc_ptr[:-1], lengths) + np.arange(doc_ptr[-1])
+        split = self.split if split is None else np.asarray(split, dtype=object)
+        return Corpus(
+            tokens=self.tokens[token_pos].astype(np.int32),
+            doc_ptr=doc_ptr,
+            vocabulary=self.vocabulary,
+            labels=None if self.labels is None else self.labels[idx],
+            split=None if split is None else split[idx],
+            sentence_start=None if self.sentence_start is None else np.array(self.sentence_start[token_pos]),
+        )
+
+    def corpus(self) -> Corpus:
+        """Every document, in memory."""
+        return self.subset(np.arange(self.n_docs))
+
+
+def _strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes of ``values`` end to end and their offsets (smallest unsigned type)."""
+    encoded = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return blob, offsets.astype(np.min_scalar_type(int(offsets[-1])))
+
+
+def _unstrings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
+    data = blob.tobytes()
+    bounds = offsets.astype(np.int64).tolist()
+    return [data[a:b].decode("utf-8") for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _smallest(values: np.ndarray, bound: int) -> np.ndarray:
+    """``values`` (each in ``[0, bound]``) in the smallest unsigned integer type that holds ``bound``."""
+    return np.ascontiguousarray(values, dtype=np.min_scalar_type(max(int(bound), 0)))
+
+
+def write_cache(path: Path, corpus: Corpus, *, curated: bool, identity: list[list[Any]], key: str) -> Path:
+    """Write ``corpus`` to the cache file ``path`` atomically (a file of this process, then ``os.replace``).
+
+    Parameters
+    ----------
+    path : Path
+        The cache file.
+    corpus : Corpus
+        The corpus as read (its own split, if any, is stored; none is drawn here).
+    curated : bool
+        Whether its vocabulary is a curated list.
+    identity : list
+        :func:`source_identity` of its source, taken before it was read.
+    key : str
+        :func:`cache_key` of its source and reading options.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    arrays: dict[str, np.ndarray] = {
+        "tokens": _smallest(corpus.tokens, max(corpus.n_words - 1, 0)),
+        "doc_ptr": _smallest(corpus.doc_ptr, corpus.n_tokens),
+    }
+    arrays["vocabulary"], arrays["vocabulary_offsets"] = _strings(corpus.vocabulary)
+    if corpus.labels is not None:
+        names, codes = np.unique(np.asarray([str(x) for x in corpus.labels], dtype=str), return_inverse=True)
+        arrays["label_names"], arrays["label_name_offsets"] = _strings(names.tolist())
+        arrays["labels"] = _smallest(codes.ravel(), len(names))
+    if corpus.split is not None:
+        code = {name: i for i, name in enumerate(SPLITS)}
+        arrays["split"] = np.fromiter((code[s] for s in corpus.split), dtype=np.uint8, count=corpus.n_docs)
+    if corpus.sentence_start is not None:
+        arrays["sentence_start"] = corpus.sentence_start.astype(np.uint8)
+    layout, offset = {}, 0
+    for name, array in arrays.items():
+        layout[name] = [offset, array.dtype.str, list(array.shape)]
+        offset += -(-array.nbytes // _ALIGN) * _ALIGN
+    payload = bytearray(offset)
+    for name, array in arrays.items():
+        start = layout[name][0]
+        payload[start:start + array.nbytes] = array.tobytes()
+    header = json.dumps({"version": FORMAT_VERSION, "key": key, "identity": identity, "curated": bool(curated),
+                         "arrays": layout, "payload_size": len(payload), "crc32": zlib.crc32(payload)}).encode()
+    header += b" " * (-(_PREFIX + len(header)) % _ALIGN)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: parties may build the same file at once
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(MAGIC + len(header).to_bytes(8, "little") + header)
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def read_cache(path: Path, *, identity: list[list[Any]], key: str) -> CachedCorpus | None:
+    """The cached corpus in ``path``, memory-mapped; None when the file is missing, of another format,
+    for another source or options, stale (the source changed) or damaged (wrong length or checksum)."""
+    try:
+        with open(path, "rb") as fh:
+            prefix = fh.read(_PREFIX)
+            if len(prefix) != _PREFIX or prefix[:len(MAGIC)] != MAGIC:
+                return None
+            size = int.from_bytes(prefix[len(MAGIC):], "little")
+            if size > 1 << 30:
+                return None
+            header = json.loads(fh.read(size))
+        start = _PREFIX + size
+        if (not isinstance(header, dict) or header.get("version") != FORMAT_VERSION or header.get("key") != key
+                or header.get("identity") != identity):
+            return None
+        if os.path.getsize(path) != start + int(header["payload_size"]):
+            return None
+        data = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(int(header["payload_size"]),))
+        if zlib.crc32(data) != int(header["crc32"]):
+            return None
+        arrays = {}
+        for name, (offset, dtype, shape) in header["arrays"].items():
+            dtype = np.dtype(dtype)
+            count = int(np.prod(shape, dtype=np.int64))
+            arrays[name] = data[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
+        labels = split = None
+        if "labels" in arrays:
+            names = np.asarray(_unstrings(arrays["label_names"], arrays["label_name_offsets"]), dtype=object)
+            labels = names[arrays["labels"]]
+        if "split" in arrays:
+            split = np.asarray(SPLITS, dtype=object)[arrays["split"]]
+        return CachedCorpus(
+            tokens=arrays["tokens"],
+            doc_ptr=arrays["doc_ptr"].astype(np.int64),
+            vocabulary=tuple(_unstrings(arrays["vocabulary"], arrays["vocabulary_offsets"])),
+            labels=labels,
+            split=split,
+            sentence_start=arrays["sentence_start"].view(bool) if "sentence_start" in arrays else None,
+            curated=bool(header["curated"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError):
+        return None
+
+
+def build(path: str | os.PathLike[str], reading: Mapping[str, Any], target: Path) -> None:
+    """Read and preprocess the corpus at ``path`` in this process and write its cache file ``target``."""
+    identity, key = source_identity(path), cache_key(path, reading)
+    corpus = read_source(path, reading)
+    write_cache(target, corpus, curated=corpus.split is not None, identity=identity, key=key)
+
+
+def _build_in_child(path: str, reading: Mapping[str, Any], target: Path) -> None:
+    """:func:`build` in a child Python process; its UserInputError raised here as one line."""
+    request = json.dumps({"path": path, "reading": {k: reading[k] for k in READING_KEYS}, "target": str(target)})
+    done = subprocess.run([sys.executable, "-m", "flower_topics.data.corpus_cache", request], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                              str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))})
+    if done.returncode == 2:
+        raise UserInputError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "cannot read " + path)
+    if done.returncode != 0:
+        raise RuntimeError(f"preprocessing {path} in a child process failed:\n{done.stderr[-3000:]}")
+
+
+def cached_corpus(path: str | os.PathLike[str], reading: Mapping[str, Any], *,
+                  child_bytes: int = CHILD_BUILD_BYTES) -> CachedCorpus | None:
+    """The corpus at ``path``, read with ``reading``, from the cache (built first when missing or stale).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The corpus (any format :func:`~flower_topics.data.readers.load_corpus` reads).
+    reading : Mapping
+        The reading options :data:`READING_KEYS`.
+    child_bytes : int
+        Sources larger than this are preprocessed in a child process.
+
+    Returns
+    -------
+    CachedCorpus or None
+        None when the cache is off (``FLOWER_TOPICS_CACHE_DIR=off``) or its folder cannot be
+        written: then read the corpus in memory instead.
+
+    Raises
+    ------
+    UserInputError
+        When the corpus cannot be read (as :func:`~flower_topics.data.readers.load_corpus`).
+    """
+    folder = cache_dir()
+    if folder is None:
+        return None
+    path = str(expand_path(path))
+    key = cache_key(path, reading)
+    target = cache_file(folder, key)
+    identity = source_identity(path)
+    cached = read_cache(target, identity=identity, key=key)
+    if cached is not None:
+        return cached
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(f"{folder} is not writable")
+    except OSError as exc:
+        logger.warning("corpus cache %s cannot be used (%s): reading %s in memory", folder, exc, path)
+        return None
+    if sum(size for _, size, _ in identity) > child_bytes:
+        _build_in_child(path, reading, target)
+    else:
+        build(path, reading, target)
+    cached = read_cache(target, identity=source_identity(path), key=key)
+    if cached is None:  # the source changed while it was read: the file is stale already
+        raise UserInputError(f"corpus {path} changed while it was read; run again once it is complete")
+    return cached
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m flower_topics.data.corpus_cache '<json request>'``: build one cache file (see :func:`build`)."""
+    request = json.loads(argv[0])
+    try:
+        build(request["path"], request["reading"], Path(request["target"]))
+    except UserInputError as exc:
+        print(str(exc).replace("\n", " "), file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
