@@ -290,3 +290,18 @@ def test_the_wire_audit_sees_only_masked_vectors_and_no_metrics(tmp_path, dp):
             assert not reply.has_error()
             (masked,) = reply.content["update"].values()
             assert masked.numpy().dtype == np.uint32 and dict(reply.content["metrics"]) == {}
+
+
+def test_a_resumed_secure_dp_run_accounts_every_round_sent_including_the_lost_one(tmp_path):
+    """Crash while round 3's masked updates are out; resume on fresh parties to 4 rounds: 5 releases, at q = 1."""
+    from tests.test_checkpoint_resume import Crash, _config
+    from tests.test_checkpoint_resume import _grid as crashing_grid
+
+    config = _config("ntm", tmp_path / "run", **{**SECURE, "secure-aggregation-tolerance": 0, "num-rounds": 4,
+                                                 "ntm.dp": True, "ntm.batch-size": 8})
+    with pytest.raises(Crash):
+        run_server(crashing_grid(config, crash_round=3), config)
+    model = run_server(crashing_grid(config), {**config, "resume": str(tmp_path / "run")})
+    report = model.metadata["privacy"]
+    assert report["rounds"] == 5 and report["sample_rate"] == 1.0  # ntm.min-documents 0: no amplification
+    assert report["epsilon"] == pytest.approx(rdp_epsilon(5 * rdp_of_step(1.0, 1.0), 1e-5), rel=1e-12)

@@ -324,4 +324,6 @@ def quality_notes(config: Mapping[str, Any]) -> list[str]:
         return []
     return [f"ntm.dp=true (noise multiplier {float(config['ntm.noise-multiplier']):g}): DP-SGD over a few dozen "
             "documents per party a step gives noise topics (NPMI about -0.23 on BBC after 300 steps: docs/ntm.md); "
-            "ntm.dp=false trains the paper's non-private model, whose gradients then leave each party in clear"]
+            "ntm.dp=false trains the paper's non-private model, whose gradients then leave each party in clear"
+            + (" (under secure aggregation: only their sum reaches the server, without noise)"
+               if bool(config.get("secure-aggregation", False)) else "")]
