@@ -21,7 +21,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 
 import flower_topics.client_app as client_app
 from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import agreed_documents, data_config, make_client_app
+from flower_topics.client_app import make_client_app
 from flower_topics.clients import ntm as client
 from flower_topics.config import parse_run_config
 from flower_topics.data.corpus import Corpus
