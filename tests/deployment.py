@@ -300,36 +300,22 @@ def run_log(flwr_home: Path, run_id: int, cwd: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# an insecure deployment (no TLS, no SuperNode authentication) and fault injection
+# SuperNodes a fault test kills and restarts, and fault injection
 # ---------------------------------------------------------------------------------------
-@contextmanager
-def insecure_superlink(flwr_home: Path, *, log_path: Path,
-                       startup_timeout: float = 60.0) -> Iterator[tuple[int, subprocess.Popen]]:
-    """A SuperLink (deployment engine) without TLS on a free port of 127.0.0.1, made the
-    default ``flwr`` connection of ``flwr_home``; yields ``(port, process)``; stops it by PID."""
-    from flower_topics.launch import write_connection
-
-    port = free_port()
-    cmd = [_bin("flower-superlink"), "--insecure", "--host", HOST, "--port", str(port),
-           "--disable-runtime-dependency-installation"]
-    process = _start(cmd, flwr_home, log_path)
-    try:
-        wait_for_port(port, process, timeout=startup_timeout)
-        write_connection(flwr_home, f"{HOST}:{port}")
-        yield port, process
-    finally:
-        stop(process)
-
-
-def start_insecure_supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_path: Path,
-                             startup_timeout: float = 60.0) -> subprocess.Popen:
-    """Start a SuperNode without TLS, connected to ``127.0.0.1:superlink_port``, in its own
-    process group (no context manager: a fault test kills and restarts it); returns once its
-    Runtime API (a free port of 127.0.0.1) listens. The caller stops it with
+def start_supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_path: Path,
+                    certs: Certificates | None = None, keys: NodeKeys | None = None,
+                    startup_timeout: float = 60.0) -> subprocess.Popen:
+    """Start a SuperNode connected to ``127.0.0.1:superlink_port`` (over TLS with ``certs``,
+    authenticated with ``keys``; without ``certs``, insecure) in its own process group (no
+    context manager: a fault test kills and restarts it); returns once its Runtime API (a
+    free port of 127.0.0.1) listens. The caller stops it with
     :func:`flower_topics.launch.stop` (or :func:`kill_tree`)."""
     port = free_port()
-    cmd = [_bin("flower-supernode"), "--insecure", "--superlink", f"{HOST}:{superlink_port}",
+    cmd = [_bin("flower-supernode"), "--superlink", f"{HOST}:{superlink_port}",
            "--host", HOST, "--port", str(port), "--node-config", node_config]
+    cmd += ["--insecure"] if certs is None else ["--root-certificates", str(certs.ca)]
+    if keys is not None:
+        cmd += ["--auth-supernode-private-key", str(keys.private)]
     process = _start(cmd, flwr_home, log_path)
     try:
         wait_for_port(port, process, timeout=startup_timeout)
