@@ -33,32 +33,20 @@ sys.path.insert(0, str(ROOT))
 from flower_topics.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import synthetic_config  # noqa: E402
 from flower_topics.data.synthetic import make_synthetic_corpus  # noqa: E402
-from flower_topics.launch import submit, superlink, supernode, wait_for_run, write_connection  # noqa: E402
+from flower_topics.launch import (  # noqa: E402
+    process_tree,
+    resident_bytes,
+    submit,
+    superlink,
+    supernode,
+    wait_for_run,
+    write_connection,
+)
 
 
 def tree_rss(pids: list[int]) -> int:
     """Resident bytes of the processes ``pids`` and all their descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    seen, frontier, total = set(), list(pids), 0
-    while frontier:
-        pid = frontier.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        frontier += children.get(pid, [])
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
+    return resident_bytes(sorted({p for pid in pids for p in process_tree(pid)}))
 
 
 def run_config(config: dict) -> list[str]:

@@ -138,6 +138,41 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
     return process.wait()
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, parents before children (Linux ``/proc``).
+
+    Flower's SuperLink and SuperNodes start their SuperExec, ServerApp and ClientApp
+    processes in sessions of their own, so a process group does not hold them all.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, frontier = [pid], [pid]
+    while frontier:
+        below = [child for parent in frontier for child in children.get(parent, []) if child not in found]
+        found += below
+        frontier = below
+    return found
+
+
+def resident_bytes(pids: Sequence[int]) -> int:
+    """Resident memory (``VmRSS``) of the processes ``pids`` together; a process gone meanwhile counts 0."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

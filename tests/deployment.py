@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from flower_topics.launch import CONNECTION, flwr_env, free_port, stop, wait_for_port
+from flower_topics.launch import CONNECTION, flwr_env, free_port, process_tree, stop, wait_for_port
 
 HOST = "127.0.0.1"
 
@@ -265,22 +265,9 @@ def wait_for_log(log_path: Path, text: str, timeout: float) -> bool:
 
 
 def descendants(pid: int) -> list[int]:
-    """PIDs of the processes below ``pid`` (Linux ``/proc``), e.g. Flower's SuperExec,
-    which the SuperLink and SuperNodes start in a session of its own."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [child for child, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
+    """PIDs of the processes below ``pid``, e.g. Flower's SuperExec, which the SuperLink and
+    SuperNodes start in a session of its own."""
+    return process_tree(pid)[1:]
 
 
 def alive(pid: int) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.launch import with_superlink
+from flower_topics.launch import process_tree, with_superlink
 from flower_topics.model_file import load_model
 from flower_topics.outputs import read_metrics
 
@@ -94,19 +94,7 @@ def listening_addresses() -> set[str]:
     import socket
     import struct
 
-    pids, frontier = {os.getpid()}, [os.getpid()]
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            if child not in pids:
-                pids.add(child)
-                frontier.append(child)
+    pids = process_tree(os.getpid())
     inodes = set()
     for pid in pids:
         for fd in Path(f"/proc/{pid}/fd").glob("*") if Path(f"/proc/{pid}/fd").exists() else []:
