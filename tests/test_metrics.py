@@ -58,6 +58,18 @@ def test_top_words_rank_by_phi_and_break_ties_to_lower_column() -> None:
     assert top_word_indices(TOPICS, 3).tolist() == [[0, 1, 2], [4, 3, 2]]
 
 
+def test_top_words_equal_a_full_stable_sort_with_many_ties() -> None:
+    """The partial ranking (partition, then sort the candidates) is the full stable sort, ties included."""
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        k, v = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        phi = rng.integers(0, 4, size=(k, v)).astype(float)  # few values: ties at every rank
+        phi[phi.sum(axis=1) == 0, 0] = 1.0
+        for n in {1, v, int(rng.integers(1, v + 1))}:
+            expected = np.argsort(-phi, axis=1, kind="stable")[:, :n]
+            np.testing.assert_array_equal(top_word_indices(phi, n), expected)
+
+
 def test_top_words_reject_more_words_than_the_vocabulary() -> None:
     with pytest.raises(ValueError):
         top_word_indices(TOPICS, 6)
@@ -339,6 +351,27 @@ def test_evaluate_model_rejects_bad_inputs() -> None:
     no_test = Corpus(corpus.tokens, corpus.doc_ptr, corpus.vocabulary, split=["train"] * 6)
     with pytest.raises(UserInputError):
         evaluate_model(model, no_test)
+
+
+def test_fold_in_is_the_em_over_all_documents_at_once() -> None:
+    """The compiled EM, document by document, equals the update written over the whole matrix with numpy
+    (theta <- alpha + theta * (counts / (theta phi)) phi^T, normalized), zero-probability words included."""
+    rng = np.random.default_rng(5)
+    phi = rng.dirichlet(np.full(30, 0.3), size=6)
+    phi[:, 7] = 0.0  # a word no topic can emit: it carries no responsibility
+    phi /= phi.sum(axis=1, keepdims=True)
+    counts = sp.random(40, 30, density=0.2, random_state=6, format="csr", data_rvs=lambda n: rng.integers(1, 4, n))
+    counts[3] = 0  # an empty document keeps the uniform theta
+    counts.eliminate_zeros()
+    dense = counts.toarray()
+    theta = np.full((40, 6), 1 / 6)
+    for _ in range(25):
+        p = theta @ phi
+        ratio = np.divide(dense, p, out=np.zeros_like(dense), where=p > 0)
+        theta = 0.05 + theta * (ratio @ phi.T)
+        theta /= theta.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(fold_in(phi, counts, alpha=0.05, n_iter=25), theta, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(fold_in(phi, counts, alpha=0.05, n_iter=25)[3], 1 / 6)
 
 
 def test_fold_in_leaves_the_callers_matrix_alone() -> None:

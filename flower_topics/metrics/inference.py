@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 from flower_topics.data.corpus import Corpus
 
@@ -73,9 +74,16 @@ def top_word_indices(topic_word: np.ndarray, n: int) -> np.ndarray:
         If ``n`` is outside ``[1, V]``.
     """
     phi = check_topic_word(topic_word)
-    if not 1 <= n <= phi.shape[1]:
-        raise ValueError(f"n must lie in [1, {phi.shape[1]}] (the vocabulary size), got {n}")
-    return np.argsort(-phi, axis=1, kind="stable")[:, :n]
+    n_topics, n_words = phi.shape
+    if not 1 <= n <= n_words:
+        raise ValueError(f"n must lie in [1, {n_words}] (the vocabulary size), got {n}")
+    # each row's n-th largest value; the words at or above it (n, or more on a tie) are then ranked exactly
+    nth = np.partition(phi, n_words - n, axis=1)[:, n_words - n]
+    top = np.empty((n_topics, n), dtype=np.int64)
+    for k in range(n_topics):
+        candidates = np.flatnonzero(phi[k] >= nth[k])  # ascending columns: the stable sort breaks ties low
+        top[k] = candidates[np.argsort(-phi[k, candidates], kind="stable")[:n]]
+    return top
 
 
 def align_corpus(corpus: Corpus, vocabulary: Sequence[str]) -> tuple[Corpus, int]:
@@ -195,19 +203,42 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
         raise ValueError(f"alpha must be >= 0, got {alpha}")
     if n_iter < 0:
         raise ValueError(f"n_iter must be >= 0, got {n_iter}")
-    n_topics = phi.shape[0]
     counts = sp.csr_matrix(counts, dtype=np.float64, copy=True)
     counts.sum_duplicates()
-    rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))
-    phi_at_tokens = np.ascontiguousarray(phi.T[counts.indices])
-    n_dw = counts.data.copy()
-    phi_t = np.ascontiguousarray(phi.T)
-    theta = np.full((counts.shape[0], n_topics), 1.0 / n_topics)
-    for _ in range(n_iter):
-        p_dw = np.einsum("nk,nk->n", np.take(theta, rows, axis=0), phi_at_tokens)
-        np.divide(n_dw, p_dw, out=counts.data, where=p_dw > 0)
-        counts.data[p_dw <= 0] = 0.0
-        theta = alpha + theta * (counts @ phi_t)
-        totals = theta.sum(axis=1, keepdims=True)
-        theta = np.divide(theta, totals, out=np.full_like(theta, 1.0 / n_topics), where=totals > 0)
+    theta = np.empty((counts.shape[0], phi.shape[0]))
+    _fold_in_kernel(counts.indptr.astype(np.int64), counts.indices.astype(np.int64), counts.data,
+                    np.ascontiguousarray(phi.T), float(alpha), int(n_iter), theta)
     return theta
+
+
+@njit(cache=True, nogil=True)
+def _fold_in_kernel(indptr: np.ndarray, indices: np.ndarray, n_dw: np.ndarray, phi_t: np.ndarray, alpha: float,
+                    n_iter: int, theta: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`fold_in`'s EM, document by document (each document's theta depends on its own words only):
+    ``theta_dk <- alpha + theta_dk sum_w n_dw phi_wk / sum_j theta_dj phi_wj``, then normalized (uniform when
+    the total is 0); a word of probability 0 under the document's theta carries no responsibility."""
+    n_docs, n_topics = theta.shape
+    acc = np.empty(n_topics)
+    for d in range(n_docs):
+        row = theta[d]
+        row[:] = 1.0 / n_topics
+        for _ in range(n_iter):
+            acc[:] = 0.0
+            for j in range(indptr[d], indptr[d + 1]):
+                w = indices[j]
+                p = 0.0
+                for k in range(n_topics):
+                    p += row[k] * phi_t[w, k]
+                if p > 0.0:
+                    weight = n_dw[j] / p
+                    for k in range(n_topics):
+                        acc[k] += weight * phi_t[w, k]
+            total = 0.0
+            for k in range(n_topics):
+                row[k] = alpha + row[k] * acc[k]
+                total += row[k]
+            if total > 0.0:
+                for k in range(n_topics):
+                    row[k] /= total
+            else:
+                row[:] = 1.0 / n_topics
