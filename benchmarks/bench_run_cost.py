@@ -7,7 +7,9 @@
 Runs, one after the other on the same machine, as separate processes timed from start to
 exit (imports, corpus reading, training, scoring, writing outputs), each with the peak
 resident memory of its whole process tree (the sum of every descendant's RSS, read from
-``/proc`` every 0.1 s; a simulation's SuperLink, Ray and ClientApp processes included):
+``/proc/<pid>/smaps_rollup`` every 0.1 s; a simulation's SuperLink, Ray and ClientApp processes
+included) and, with ``--parties``, the peak of the summed PSS too (shared pages, such as
+the libraries every Python process maps, counted once):
 
 Without ``--parties`` (one party, the centralized code path):
 
@@ -41,8 +43,25 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def tree_rss(root: int) -> int:
-    """Resident bytes of process ``root`` and all its descendants (from /proc)."""
+#: Roles of a simulation's processes, by a part of their command line (first match).
+ROLES = (("ClientAppActor", "ClientApp (Ray actor)"), ("flwr-simulation", "ServerApp (flwr-simulation)"),
+         ("flower-superlink", "SuperLink"), ("flower-superexec", "SuperExec"), ("corpus_cache", "corpus cache build"),
+         ("bin/flower-topics ", "flower-topics simulate"), ("tomotopy_lda", "tomotopy_lda.py"), ("ray", "Ray daemons"),
+         ("flwr", "flwr CLI"))
+
+
+def role(pid: int) -> str:
+    """The role of process ``pid`` in :data:`ROLES` (``other`` when none)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "other"
+    return next((name for part, name in ROLES if part in command), "other")
+
+
+def tree_memory(root: int) -> tuple[int, int, dict[int, int]]:
+    """Resident bytes (RSS) and proportional set size (PSS: a page shared by n processes counts 1/n) of
+    process ``root`` and all its descendants, summed (from /proc), and the RSS of each."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -50,7 +69,7 @@ def tree_rss(root: int) -> int:
             children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
         except (OSError, IndexError, ValueError):
             continue
-    seen, frontier, total = set(), [root], 0
+    seen, frontier, rss, pss, each = set(), [root], 0, 0, {}
     while frontier:
         pid = frontier.pop()
         if pid in seen:
@@ -58,24 +77,32 @@ def tree_rss(root: int) -> int:
         seen.add(pid)
         frontier += children.get(pid, [])
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    each[pid] = int(line.split()[1]) * 1024
+                    rss += each[pid]
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
         except OSError:
             continue
-    return total
+    return rss, pss, each
 
 
-def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Wall seconds of ``cmd`` and the peak RSS (bytes) of its process tree."""
+def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, int, int, dict[str, int]]:
+    """Wall seconds of ``cmd``, the peak RSS and PSS (bytes) of its process tree, and at the RSS peak the
+    RSS of each role (:data:`ROLES`) in MiB."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", **(extra_env or {})}
     started = time.perf_counter()
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak, done = [0], threading.Event()
+    peak, done, at_peak = [0, 0], threading.Event(), {}
 
     def sample() -> None:
         while not done.wait(0.1):
-            peak[0] = max(peak[0], tree_rss(process.pid))
+            rss, pss, each = tree_memory(process.pid)
+            if rss > peak[0]:
+                at_peak.clear()
+                at_peak.update({pid: (size, role(pid)) for pid, size in each.items()})
+            peak[:] = max(peak[0], rss), max(peak[1], pss)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -85,7 +112,10 @@ def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[floa
     sampler.join()
     if process.returncode:
         raise RuntimeError(f"{' '.join(cmd)} exited {process.returncode}:\n{err[-3000:]}")
-    return seconds, peak[0]
+    roles: dict[str, int] = {}
+    for rss, name in at_peak.values():
+        roles[name] = roles.get(name, 0) + rss
+    return seconds, peak[0], peak[1], {k: round(v / (1 << 20)) for k, v in sorted(roles.items(), key=lambda x: -x[1])}
 
 
 def main() -> None:
@@ -106,20 +136,22 @@ def main() -> None:
                         str(args.topics), "--iterations", str(args.rounds), "--out", f"{tmp}/tomotopy"]
         if args.parties:
             cache = {"FLOWER_TOPICS_CACHE_DIR": args.corpus_cache or f"{tmp}/corpus-cache"}
-            ours, ours_peak = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
+            ours, ours_peak, ours_pss, ours_roles = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
                                      str(args.parties), "--topics", str(args.topics), "--rounds", str(args.rounds),
                                      "--out", f"{tmp}/federated", "--set", "federated-eval=false"], cache)
-            tomotopy, tomotopy_peak = timed(tomotopy_cmd)
+            tomotopy, tomotopy_peak, tomotopy_pss, _ = timed(tomotopy_cmd)
             result = {"dataset": args.dataset, "parties": args.parties, "rounds": args.rounds, "topics": args.topics,
                       "ours_seconds": round(ours, 1), "ours_peak_mib": round(ours_peak / mib),
                       "tomotopy_seconds": round(tomotopy, 1), "tomotopy_peak_mib": round(tomotopy_peak / mib),
-                      "ratio_seconds": round(ours / tomotopy, 2), "ratio_peak": round(ours_peak / tomotopy_peak, 2)}
+                      "ratio_seconds": round(ours / tomotopy, 2), "ratio_peak": round(ours_peak / tomotopy_peak, 2),
+                      "ours_peak_pss_mib": round(ours_pss / mib), "tomotopy_peak_pss_mib": round(tomotopy_pss / mib),
+                      "ratio_peak_pss": round(ours_pss / tomotopy_pss, 2), "ours_rss_mib_at_peak": ours_roles}
         else:
             common = [cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients", "1", "--topics",
                       str(args.topics), "--rounds", str(args.rounds), "--mode", "centralized"]
-            ours, ours_peak = timed([*common, "--out", f"{tmp}/eval"])
-            no_eval, _ = timed([*common, "--out", f"{tmp}/no-eval", "--set", "federated-eval=false"])
-            tomotopy, tomotopy_peak = timed(tomotopy_cmd)
+            ours, ours_peak, _, _ = timed([*common, "--out", f"{tmp}/eval"])
+            no_eval, _, _, _ = timed([*common, "--out", f"{tmp}/no-eval", "--set", "federated-eval=false"])
+            tomotopy, tomotopy_peak, _, _ = timed(tomotopy_cmd)
             evals = sum(1 for line in Path(f"{tmp}/eval/metrics.jsonl").read_text().splitlines()
                         if "perplexity" in json.loads(line))
             result = {"dataset": args.dataset, "rounds": args.rounds, "topics": args.topics,

@@ -18,11 +18,15 @@ take the same path:
 3. :meth:`NodeDocuments.on_vocabulary`: its documents over the agreed vocabulary (words
    outside it dropped, then documents shorter than ``min-doc-length``).
 
-A simulated node's share: the whole dataset is read (every simulated node can, as they
-share one machine), split with the run seed (80/10/10 train/val/test, or the OCTIS
-split), and its training documents are partitioned by ``partition`` exactly as before;
-the held-out documents are dealt to the nodes at random (seeded), so that together the
-nodes hold every held-out document once and federated evaluation covers them all.
+A simulated node's share: the whole dataset is split with the run seed (80/10/10
+train/val/test, or the OCTIS split), and its training documents are partitioned by
+``partition`` exactly as before; the held-out documents are dealt to the nodes at random
+(seeded), so that together the nodes hold every held-out document once and federated
+evaluation covers them all. The dataset is preprocessed once per machine into the corpus
+cache (:mod:`flower_topics.data.corpus_cache`); each process memory-maps it and
+materializes only the share it serves (with ``FLOWER_TOPICS_CACHE_DIR=off``, each process
+reads the whole dataset itself, as before; the shares are the same either way). A party's
+own file (node config ``dataset``) is read once per process and never cached.
 """
 
 from __future__ import annotations
