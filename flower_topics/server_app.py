@@ -15,6 +15,7 @@ import numpy as np
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid.http_grid import HttpGrid
 
 from flower_topics import console
 from flower_topics.agreement import Agreement, agree_vocabulary
@@ -40,6 +41,7 @@ from flower_topics.metrics.similarity import align_topics, topic_similarity_scor
 from flower_topics.model_file import TopicModel
 from flower_topics.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.report import PrivacyReport
+from flower_topics.prompt_grid import PromptGrid
 from flower_topics.strategies.base import TopicStrategy
 
 
@@ -295,6 +297,8 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         raw = context.run_config if run_config is None else run_config
         console.install(verbose=str(raw.get("verbose", "false")).lower() in ("true", "1"))
+        if isinstance(grid, HttpGrid):  # Flower's grid pulls replies every 3 s: every exchange would wait for it
+            grid = PromptGrid(grid)
         try:
             run_server(grid, raw)
         except UserInputError as exc:
