@@ -38,10 +38,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from flower_topics.data.corpus import Corpus
-from flower_topics.data.corpus_cache import READING_KEYS, CachedCorpus, cached_corpus, read_source
+from flower_topics.data.corpus_cache import READING_KEYS, CachedCorpus, cached_corpus, preprocess_config
 from flower_topics.data.partition import parse_sizes, partition_documents
 from flower_topics.data.prepare import synthetic_config
-from flower_topics.data.readers import expand_path, path_exists
+from flower_topics.data.readers import expand_path, load_corpus, path_exists
 from flower_topics.data.splits import ensure_split
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.data.synthetic import make_synthetic_corpus
@@ -317,7 +317,9 @@ def _read(path: str, reading: tuple[tuple[str, Any], ...], seed: int, heldout: f
     if not path_exists(path):
         raise UserInputError(f"dataset {shown(path, 200)} does not exist; pass the path of an OCTIS folder, .jsonl, "
                              ".csv or folder of .txt files")
-    corpus = read_source(path, dict(reading))
+    options = dict(reading)
+    corpus = load_corpus(path, text_column=str(options["text-column"]), label_column=str(options["label-column"]),
+                         preprocess_config=preprocess_config(options))
     curated = corpus.split is not None  # an OCTIS folder: its vocabulary.txt and its split
     return ensure_split(corpus, seed=seed, ratios=split_ratios(heldout)), curated
 
