@@ -250,8 +250,9 @@ def one_run(method: str, parties: int, rounds: int, out: Path, timeout: float,
 
 def training_samples(samples: np.ndarray) -> np.ndarray:
     """The samples taken while rounds ran: from round 1 to the first sample at the last round reached
-    (after it the ServerApp writes its outputs and the processes exit, which is not growth over rounds)."""
-    done = samples[samples[:, 1] >= 1]
+    (after it the ServerApp writes its outputs and the processes exit, which is not growth over rounds),
+    the ServerApp process alive."""
+    done = samples[(samples[:, 1] >= 1) & (samples[:, 2] > 0)]  # a round reached, the ServerApp alive
     if not len(done):
         return done
     last = done[:, 1].max()
@@ -430,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--rounds", type=int, required=True)
     q.add_argument("--parties", type=int, default=5)
     q.add_argument("--timeout", type=float, default=1800.0)
-    q.add_argument("--figure", type=Path, default=None, help="PNG (default <out>/load-<method>-<rounds>.png)")
+    q.add_argument("--figure", type=Path, default=None, help="PNG (default <out>/load-<method>-long.png)")
     q.add_argument("--out", type=Path, required=True)
     d = sub.add_parser("deployment", help="peak RSS of each SuperNode's process tree, deployment engine")
     d.add_argument("--method", choices=METHODS, default="lda")
@@ -459,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                     tag=f"long-{args.method}-{args.parties}p-{args.rounds}r", threads=args.threads)
         samples = np.loadtxt(out / f"rss-long-{args.method}-{args.parties}p-{args.rounds}r.csv", delimiter=",",
                              skiprows=1, ndmin=2)
-        figure = (args.figure or out / f"load-{args.method}-{args.rounds}.png").resolve()
+        figure = (args.figure or out / f"load-{args.method}-long.png").resolve()
         plot(samples, f"{args.method}, {args.parties} parties, {r['rounds_done']} rounds "
              f"(simulation engine): resident memory against the round", figure)
         r.update(kind="long", growth=growth(samples), figure=str(figure))
