@@ -417,6 +417,34 @@ def deployment(method: str, parties: int, rounds: int, out: Path, timeout: float
     return result
 
 
+def ftm_merge_cost(parties: list[int], out: Path, seed: int = 0) -> list[dict[str, Any]]:
+    """Seconds and peak RSS of FTM's server merge (Algorithm 2, ``integrate_local_models``) in this process.
+
+    Each party's 10 local topics over 200 words are drawn from Dirichlet(0.05): like a tiny
+    party's topics, they rarely reach the merge threshold (xi = 0.5 on the top 20 words), so the
+    global model keeps about 10 topics a party, as the 100-party run did (963-976 of 1,000).
+    """
+    import resource
+
+    from flower_topics.models.ftm_merge import integrate_local_models
+
+    rng = np.random.default_rng(seed)
+    results = []
+    for n in parties:
+        models = [rng.dirichlet(np.full(200, 0.05), size=10) for _ in range(n)]
+        started = time.perf_counter()
+        merged = integrate_local_models(models, [300.0] * n, xi=0.5, top_l=20)
+        seconds = time.perf_counter() - started
+        result = {"kind": "ftm-merge", "parties": n, "global_topics": merged.n_topics, "seconds": round(seconds, 1),
+                  "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+                  "command": f"python benchmarks/bench_load.py ftm-merge --parties {' '.join(map(str, parties))} "
+                             "--out $OUT"}
+        print(json.dumps(result), flush=True)
+        results.append(result)
+    (out / "ftm-merge.json").write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_load.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -439,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--rounds", type=int, default=3)
     d.add_argument("--timeout", type=float, default=900.0)
     d.add_argument("--out", type=Path, required=True)
+    f = sub.add_parser("ftm-merge", help="FTM's server merge alone, in this process, against the number of parties")
+    f.add_argument("--parties", type=int, nargs="+", default=[100, 200])
+    f.add_argument("--out", type=Path, required=True)
     for p_ in (p, q):
         p_.add_argument("--threads", type=int, default=1,
                         help="OMP_NUM_THREADS / MKL_NUM_THREADS of every process (torch's intra-op threads; 0 = leave "
@@ -452,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
             for method in args.methods:
                 results.append(one_run(method, parties, args.rounds, out, args.timeout, threads=args.threads))
                 write_results(out, [results[-1]])
+    elif args.mode == "ftm-merge":
+        ftm_merge_cost(args.parties, out)
     elif args.mode == "deployment":
         write_results(out, [deployment(args.method, args.parties, args.rounds, out, args.timeout)])
     else:
