@@ -41,6 +41,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from flower_topics.launch import process_tree  # noqa: E402
 
 
 #: Roles of a simulation's processes, by a part of their command line (first match).
@@ -62,20 +65,8 @@ def role(pid: int) -> str:
 def tree_memory(root: int) -> tuple[int, int, dict[int, int]]:
     """Resident bytes (RSS) and proportional set size (PSS: a page shared by n processes counts 1/n) of
     process ``root`` and all its descendants, summed (from /proc), and the RSS of each."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    seen, frontier, rss, pss, each = set(), [root], 0, 0, {}
-    while frontier:
-        pid = frontier.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        frontier += children.get(pid, [])
+    rss, pss, each = 0, 0, {}
+    for pid in process_tree(root):
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Rss:"):
