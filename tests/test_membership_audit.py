@@ -181,9 +181,14 @@ def _train(pool, members, tmp: Path, run_config: dict, seed: int):
     if not vocabulary.exists():
         vocabulary.write_text("\n".join(pool.vocabulary) + "\n", encoding="utf-8")
     data = bench.write_octis(tmp / f"corpus-{seed}", pool, members)
-    logging.getLogger("flwr").setLevel(logging.WARNING)
-    return bench.train_federated({**bench.BASE, **run_config, "dataset": str(data), "vocabulary": str(vocabulary),
-                                  "seed": seed}, tmp / f"run-{seed}")
+    flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
+    flwr_logger.setLevel(logging.WARNING)  # quiet while it trains; restored, later tests read Flower's INFO lines
+    try:
+        return bench.train_federated({**bench.BASE, **run_config, "dataset": str(data),
+                                      "vocabulary": str(vocabulary), "seed": seed}, tmp / f"run-{seed}")
+    finally:
+        flwr_logger.setLevel(level)
 
 
 def test_attack_finds_members_of_an_overfitted_model(bbc_pool, tmp_path):
