@@ -55,7 +55,7 @@ def test_a_party_refuses_a_range_its_counts_could_overflow():
                     vocabulary=("a", "b", "c"))
     assert client.secure_headroom(corpus, 40) is None
     assert "a word occurs 40 times" in client.secure_headroom(corpus, 39)
-    settings = wire.LDASettings(n_topics=2, alpha=0.1, beta=0.01)
+    settings = wire.LDASettings(n_topics=2, alpha=0.1, beta=0.01, secure=True)
     from flwr.app import Array, ArrayRecord, ConfigRecord
     arrays = ArrayRecord({wire.COUNTS_KEY: Array(np.zeros((2, 3), dtype=np.int32))})
     config = ConfigRecord({**settings.to_record(), "server-round": 1, "last-applied-round": 0, ENTRY_LIMIT: 39})

@@ -8,13 +8,19 @@ from flwr.app import ConfigRecord, Error, Message, RecordDict
 
 from flower_topics.strategies import ADLDA
 from flower_topics.strategies.lda import counts_record
+from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.lda import COUNTS_KEY, DELTA_KEY, LDASettings
 from flower_topics.wire.protocol import payload_bytes, vocabulary_fingerprint
 from tests.flower_harness import FixedNodesGrid, as_server, reply_content, reply_from, vocabulary
 
 
 def _update(delta, num_tokens=10) -> RecordDict:
-    return reply_content("lda", {DELTA_KEY: np.asarray(delta, dtype=np.int32)}, {"num-tokens": num_tokens})
+    """A reply with ``delta`` in its wire form (dense or sparse, whichever is smaller)."""
+    return _arrays_update(wire_counts.encode_arrays(np.asarray(delta, dtype=np.int32), DELTA_KEY), num_tokens)
+
+
+def _arrays_update(arrays, num_tokens=10) -> RecordDict:
+    return reply_content("lda", arrays, {"num-tokens": num_tokens})
 
 
 def _strategy(**federation) -> ADLDA:
@@ -33,13 +39,30 @@ def test_configure_train_sends_counts_and_settings_to_every_node(strategy):
     assert sorted(m.metadata.dst_node_id for m in msgs) == [5, 9]
     for m in msgs:
         assert m.metadata.message_type == "train.lda"
-        np.testing.assert_array_equal(m.content["arrays"][COUNTS_KEY].numpy(), counts)
+        sent = m.content["arrays"]
+        assert set(sent.keys()) == set(wire_counts.keys(COUNTS_KEY))
+        np.testing.assert_array_equal(wire_counts.decode_record(sent, COUNTS_KEY, counts.shape), counts)
         cfg = m.content["config"]
         assert (cfg["server-round"], cfg["last-applied-round"], cfg["num-topics"], cfg["lda.local-sweeps"]) == (1, 0, 2, 2)
         assert cfg["alpha"] == 0.1 and cfg["beta"] == 0.01 and cfg["user-key"] == 7
         assert cfg["vocabulary"] == vocabulary_fingerprint(vocabulary(3))
         assert LDASettings.from_record(cfg) == strategy.lda
-    assert strategy.traffic[1].bytes_sent == sum(payload_bytes(m.content) for m in msgs) > 2 * counts.size * 4
+    assert strategy.traffic[1].bytes_sent == sum(payload_bytes(m.content) for m in msgs)
+
+
+def test_the_counts_go_out_in_the_smaller_form_and_the_global_model_stays_dense(strategy):
+    """Sparse counts travel sparse, dense ones dense in the smallest dtype; both decode to the counts exactly."""
+    big = _strategy(seed=0)
+    big.vocabulary, big.vocab_size = tuple(f"w{i}" for i in range(5000)), 5000  # K x V = 2 x 5000
+    sparse, dense = np.zeros((2, 5000), np.int64), np.arange(10000).reshape(2, 5000) % 300
+    sparse[1, 4321] = 70000
+    for counts, expected in ((sparse, (1, np.uint16, np.uint32, 1)), (dense, (0, np.uint8, np.uint16, 10000))):
+        record = counts_record(counts)
+        sent = big.node_arrays(1, 5, record)
+        gaps, values = (sent[key].numpy() for key in wire_counts.keys(COUNTS_KEY))
+        assert (gaps.size, gaps.dtype, values.dtype, values.size) == expected  # gap 9322, 70000; 0..299
+        np.testing.assert_array_equal(wire_counts.decode_record(sent, COUNTS_KEY, counts.shape), counts)
+        assert record[COUNTS_KEY].numpy().dtype == np.int32  # what the strategy keeps, checkpoints and scores
 
 
 def test_aggregate_train_adds_exact_deltas(strategy):
@@ -61,7 +84,7 @@ def test_invalid_and_error_replies_are_not_applied(strategy):
     msgs = list(strategy.configure_train(2, counts_record(start), ConfigRecord(), FixedNodesGrid([1, 2, 3, 4])))
     m = {x.metadata.dst_node_id: x for x in msgs}
     replies = [
-        reply_from(1, m[1], _update(np.zeros((3, 2)))),                   # wrong shape
+        reply_from(1, m[1], _update(np.ones((3, 3)))),                    # wrong size
         reply_from(2, m[2], _update([[-2, 0, 0], [0, 0, 0]])),           # would go negative
         reply_from(3, m[3], _update([[0, 1, 0], [0, 0, 0]])),            # valid
     ]
@@ -70,6 +93,33 @@ def test_invalid_and_error_replies_are_not_applied(strategy):
     np.testing.assert_array_equal(arrays[COUNTS_KEY].numpy(), [[1, 1, 0], [0, 1, 0]])
     assert metrics["replies-applied"] == 1 and metrics["replies-failed"] == 3
     assert strategy.last_applied == {3: 2}
+
+
+def test_malformed_wire_forms_are_rejected_and_valid_ones_applied_exactly(strategy):
+    """Hostile encodings (old dense key, repeated cell, index beyond K x V, wrong dtype, dense of the wrong
+    size, values beyond int32) are each rejected with a reason; the dense and sparse forms add up exactly."""
+    gaps_key, values_key = wire_counts.keys(DELTA_KEY)
+    bad = {
+        1: {DELTA_KEY: np.zeros((2, 3), np.int32)},                                                  # the old form
+        2: {gaps_key: np.array([1, 0], np.uint8), values_key: np.array([1, -1], np.int8)},         # repeated cell
+        3: {gaps_key: np.array([7], np.uint8), values_key: np.array([1], np.int8)},                # cell 6 of 6
+        4: {gaps_key: np.array([1], np.uint8), values_key: np.array([1.0])},                       # floats
+        5: {gaps_key: np.zeros(0, np.uint8), values_key: np.zeros(5, np.int8)},                    # dense, 5 of 6
+        6: {gaps_key: np.array([1], np.uint8), values_key: np.array([2 ** 31], np.int64)},         # beyond int32
+        7: {gaps_key: np.array([0], np.uint8), values_key: np.zeros(1, np.int8)},                  # gap 0
+    }
+    start = np.array([[1, 0, 0], [0, 1, 0]])
+    nodes = [*bad, 8, 9]
+    msgs = {m.metadata.dst_node_id: m for m in strategy.configure_train(3, counts_record(start), ConfigRecord(),
+                                                                         FixedNodesGrid(nodes))}
+    replies = [reply_from(n, msgs[n], _arrays_update(arrays)) for n, arrays in bad.items()]
+    dense = {gaps_key: np.zeros(0, np.uint8), values_key: np.array([-1, 1, 0, 0, 0, 0], np.int8)}  # [[-1, 1, 0], 0]
+    sparse = {gaps_key: np.array([4, 2], np.uint8), values_key: np.array([300, 2], np.uint16)}   # cells 3 and 5
+    replies += [reply_from(8, msgs[8], _arrays_update(dense)), reply_from(9, msgs[9], _arrays_update(sparse))]
+    arrays, metrics = strategy.aggregate_train(3, replies)
+    np.testing.assert_array_equal(arrays[COUNTS_KEY].numpy(), [[0, 1, 0], [300, 1, 2]])
+    assert metrics["replies-applied"] == 2 and metrics["replies-failed"] == len(bad)
+    assert strategy.last_applied == {8: 3, 9: 3}
 
 
 def test_changes_that_go_negative_only_together_are_not_both_applied(strategy):

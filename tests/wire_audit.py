@@ -52,6 +52,8 @@ DOCUMENTED_FREE_AXES = {
     (agreement.DOC_FREQ, 0): "agreement: the number of candidate words",
     (evaluation.CONTINGENCY, 1): "evaluation: the number of the party's labels",
     ("topic-word", 0): "FTM: the party's K_p",
+    ("topic-word-delta.gaps", 0): "lda: the nonzero cells of its K x V count change (0 when sent dense)",
+    ("topic-word-delta.values", 0): "lda: the nonzero cells of its K x V count change (K x V when sent dense)",
 }
 
 

@@ -6,8 +6,10 @@ all clients), runs collapsed Gibbs sweeps over its own tokens conditioned on the
 own counts. This is AD-LDA (Newman, Asuncion, Smyth and Welling, JMLR 2009) with
 the server as the only place the counts are summed.
 
-What leaves the client: the ``K x V`` count difference. Token ids, topic
-assignments and document-topic counts stay in the client's state.
+What leaves the client: the ``K x V`` count difference, dense in the smallest integer
+dtype or sparse, whichever is smaller (:mod:`flower_topics.wire.counts`; under secure
+aggregation dense, then masked). Token ids, topic assignments and document-topic counts stay
+in the client's state. The global counts it receives are decoded and checked the same way.
 
 Consistency protocol: the global counts contain, for each client, the counts of
 the assignments of its last *applied* update (the last-applied-round protocol of
@@ -118,15 +120,20 @@ def secure_headroom(corpus: Corpus, limit: int) -> str | None:
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: LDAClientState,
                seed: int) -> Update:
-    """One round of ``lda`` from a training message: the count change and the token count."""
+    """One round of ``lda`` from a training message: the count change (in its wire form,
+    :func:`~flower_topics.wire.lda.delta_arrays`) and the token count."""
+    settings = wire.LDASettings.from_record(config)
     if ENTRY_LIMIT in config:  # secure aggregation: refused before anything is sampled or sent
+        if not settings.secure:  # this party's secure sum masks the reply: it must be the dense change
+            raise ValueError("this round's reply is masked (secure sum), but the server's settings say "
+                             "secure-aggregation is off")
         problem = secure_headroom(corpus, int(config[ENTRY_LIMIT]))
         if problem:
             raise UserInputError(problem)
-    delta = train_round(corpus, arrays[wire.COUNTS_KEY].numpy(), state, server_round=int(config["server-round"]),
-                        last_applied_round=int(config["last-applied-round"]),
-                        settings=wire.LDASettings.from_record(config), seed=seed)
-    return {wire.DELTA_KEY: delta}, {"num-tokens": corpus.n_tokens}
+    global_counts = wire.decode_counts(arrays, settings, corpus.n_words)
+    delta = train_round(corpus, global_counts, state, server_round=int(config["server-round"]),
+                        last_applied_round=int(config["last-applied-round"]), settings=settings, seed=seed)
+    return wire.delta_arrays(delta, settings), {"num-tokens": corpus.n_tokens}
 
 
 #: The party side of ``lda``.

@@ -6,8 +6,13 @@ own counts (:data:`~flower_topics.wire.lda.DELTA_KEY`); the strategy adds the va
 
     n_kw <- n_kw + sum_c delta_c
 
-and rejects a change that would make a global count negative. phi =
+and rejects a change that would make a global count negative (or above int32's range). phi =
 (n_kw + beta) / (n_k + V beta) is derived on demand.
+
+On the wire (:mod:`flower_topics.wire.lda`, :mod:`flower_topics.wire.counts`) both the counts the
+server sends and each party's change travel dense in the smallest integer dtype or sparse,
+whichever is smaller; the strategy keeps the global counts dense (int32) in its ArrayRecord
+and encodes them once a round (:meth:`ADLDA.node_arrays`).
 
 Secure aggregation (``secure-aggregation=true``, :mod:`flower_topics.secure_sum`): each party's
 change is masked and the server adds only their sum, which must keep every count
@@ -33,6 +38,7 @@ tokens, so that none is counted twice.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -49,6 +55,14 @@ from flower_topics.wire.protocol import ReplyError, ReplySpec
 def counts_record(counts: np.ndarray) -> ArrayRecord:
     """Wrap a ``K x V`` count matrix as the ArrayRecord the strategy exchanges."""
     return ArrayRecord({wire.COUNTS_KEY: Array(np.ascontiguousarray(counts, dtype=np.int32))})
+
+
+def _check_counts(counts: np.ndarray) -> None:
+    """Global counts after a change must stay in ``[0, 2^31)`` (the parties sample with int32 counts)."""
+    if counts.min() < 0:
+        raise ReplyError("the count change would make global counts negative")
+    if counts.max() > wire.COUNT_LIMIT:
+        raise ReplyError(f"the count change would take a global count above {wire.COUNT_LIMIT}")
 
 
 class ADLDA(TopicStrategy):
@@ -68,7 +82,8 @@ class ADLDA(TopicStrategy):
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.LDASettings, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
-        self.lda = settings
+        self.lda = dataclasses.replace(settings, secure=self.secure is not None)  # what the parties send follows it
+        self._sent_counts: tuple[int, ArrayRecord, ArrayRecord] | None = None
         self._round_sum: tuple[int, np.ndarray] | None = None
         # resume (flower_topics.checkpoint): carried counts while restarted parties re-enter their tokens
         self.carried: CarriedCounts | None = None
@@ -96,8 +111,19 @@ class ADLDA(TopicStrategy):
         return self.lda.to_record()
 
     def reply_spec(self) -> ReplySpec:
-        """An integer ``K x V`` count change and ``num-tokens``."""
+        """An integer ``K x V`` count change (dense or sparse; dense under secure aggregation) and ``num-tokens``."""
         return wire.reply_spec(self.lda, self.vocab_size)
+
+    def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
+        """The global counts in their smaller wire form (:func:`~flower_topics.wire.lda.counts_arrays`), encoded
+        once a round."""
+        if self._sent_counts is None or self._sent_counts[0] != server_round or self._sent_counts[1] is not arrays:
+            self._sent_counts = (server_round, arrays, wire.counts_arrays(arrays[wire.COUNTS_KEY].numpy()))
+        return ArrayRecord(dict(self._sent_counts[2].items()))
+
+    def _delta(self, reply: Reply) -> np.ndarray:
+        """The reply's ``K x V`` int64 change, decoded from its wire form (ReplyError when malformed)."""
+        return wire.decode_delta(reply.arrays, self.lda, self.vocab_size)
 
     def check_reply(self, server_round: int, reply: Reply) -> None:
         """A change may not make a global count negative; valid changes are summed as they pass.
@@ -110,18 +136,17 @@ class ADLDA(TopicStrategy):
                 self._round_parts = {"own": (self._own.copy() if self._own is not None else None),
                                      "carried": self._round_sum[1].copy() if self.carried is None
                                      else self.carried.carried.astype(np.int64), "entries": [], "entered": 0}
+        delta = self._delta(reply)
         if not self._resumed:
             tokens = int(reply.metrics.get("num-tokens", 0))
             if (self.last_applied.get(reply.node_id, 0) > 0 and tokens > 0
-                    and int(reply.arrays[wire.DELTA_KEY].sum()) == tokens):
+                    and int(delta.sum()) == tokens):
                 raise ReplyError("the party sent its whole counts again, which the global counts already hold (it "
                                  "restarted without its state): rejected, so that no token is counted twice")
-            counts = self._round_sum[1] + reply.arrays[wire.DELTA_KEY]
-            if np.any(counts < 0):
-                raise ReplyError("the count change would make global counts negative")
+            counts = self._round_sum[1] + delta
+            _check_counts(counts)
             self._round_sum = (server_round, counts)
             return
-        delta = reply.arrays[wire.DELTA_KEY].astype(np.int64)
         kind = self._kind(reply, delta)
         parts = self._round_parts
         if kind == "carried":
@@ -129,8 +154,7 @@ class ADLDA(TopicStrategy):
         else:
             own = parts["own"] if parts["own"] is not None else np.zeros_like(parts["carried"])
             counts = own + delta
-        if np.any(counts < 0):
-            raise ReplyError("the count change would make global counts negative")
+        _check_counts(counts)
         if kind == "carried":
             parts["carried"] = counts
         else:
