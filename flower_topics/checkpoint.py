@@ -8,7 +8,7 @@ file so that its parts always belong to the same round:
 - ``global/<key>``: the global arrays of the strategy after the round;
 - ``strategy/<key>``: the strategy's own arrays (e.g. ``ntm``'s optimizer moments, ``ftm``'s
   composed local models, the carried counts of a resumed ``lda`` / ``fedlda``);
-- ``meta``: a JSON string: the format version, the round, the run config, the vocabulary,
+- ``meta``: JSON (UTF-8 bytes as a ``uint8`` array; the arrays are not compressed): the format version, the round, the run config, the vocabulary,
   the vocabulary agreement (so a resume never runs it again, which would spend privacy
   again), and the strategy's state (traffic per round, last applied round per node,
   excluded nodes, method metrics, evaluations, and the method's own counters: the
@@ -33,6 +33,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import tempfile
 import time
 import uuid
@@ -116,19 +117,35 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _plain_entry(entry: Any) -> Any:
+    """One history entry, JSON-ready (a :class:`~flower_topics.strategies.base.RoundTraffic` as its fields)."""
+    return dataclasses.asdict(entry) if dataclasses.is_dataclass(entry) else _plain(entry)
+
+
 def _int_keys(mapping: Mapping[str, Any]) -> dict[int, Any]:
     return {int(k): v for k, v in mapping.items()}
 
 
-def base_state(strategy: "TopicStrategy") -> dict[str, Any]:
-    """What every :class:`~flower_topics.strategies.base.TopicStrategy` accumulates (its public attributes)."""
-    return {
-        "traffic": {str(r): dataclasses.asdict(t) for r, t in strategy.traffic.items()},
+def base_state(strategy: "TopicStrategy", history: bool = True) -> dict[str, Any]:
+    """What every :class:`~flower_topics.strategies.base.TopicStrategy` accumulates (its public attributes).
+
+    ``history=False`` leaves out the entries that grow by one a round (:data:`HISTORY_KEYS`),
+    which :class:`CheckpointWriter` serializes itself.
+    """
+    state = {
         "last_applied": {str(n): int(r) for n, r in strategy.last_applied.items()},
         "excluded": {str(n): str(why) for n, why in strategy.excluded.items()},
-        "method_metrics": _plain(strategy.method_metrics),
-        "evaluations": _plain(strategy.evaluations),
     }
+    if history:
+        state.update({"traffic": {str(r): dataclasses.asdict(t) for r, t in strategy.traffic.items()},
+                      "method_metrics": _plain(strategy.method_metrics), "evaluations": _plain(strategy.evaluations)})
+    return state
+
+
+def read_meta(stored: np.ndarray) -> dict[str, Any]:
+    """The ``meta`` entry of a checkpoint: UTF-8 JSON bytes (a NumPy unicode string in files before them)."""
+    text = stored.tobytes().decode("utf-8") if stored.dtype == np.uint8 else str(stored)
+    return json.loads(text)
 
 
 def load_base_state(strategy: "TopicStrategy", state: Mapping[str, Any]) -> None:
@@ -147,14 +164,14 @@ def load_base_state(strategy: "TopicStrategy", state: Mapping[str, Any]) -> None
 EXTRA_ATTRIBUTES: Mapping[str, tuple[str, ...]] = {"dplda": ("updates",)}
 
 
-def strategy_state(strategy: "TopicStrategy") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def strategy_state(strategy: "TopicStrategy", history: bool = True) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """``(arrays, meta)``: everything the strategy's ``aggregate`` and ``privacy_report`` need to continue.
 
     The base's accumulators (:func:`base_state`), then the method's own state: the
     strategy's ``checkpoint_state()`` where it has one, else the attributes
     :data:`EXTRA_ATTRIBUTES` names for its method.
     """
-    meta: dict[str, Any] = {"base": base_state(strategy)}
+    meta: dict[str, Any] = {"base": base_state(strategy, history)}
     arrays: dict[str, np.ndarray] = {}
     own = getattr(strategy, "checkpoint_state", None)
     if own is not None:
@@ -269,22 +286,75 @@ def send_vocabulary(grid: Grid, vocabulary: Sequence[str], min_nodes: int, timeo
 
 
 # ---------------------------------------------------------------------------------------------- files
-def save_checkpoint(directory: str | os.PathLike[str], server_round: int, config: Mapping[str, Any],
-                    agreement: "Agreement", strategy: "TopicStrategy", arrays: ArrayRecord,
-                    absorbed: Sequence[str] = ()) -> Path:
-    """Write ``checkpoint.npz`` for the state after ``server_round`` (atomically: temp file + ``os.replace``).
+#: The strategy's accumulators that grow by one entry a round (:func:`base_state`): a writer
+#: serializes each round's entry once and reuses it (see :class:`CheckpointWriter`).
+HISTORY_KEYS = ("traffic", "method_metrics", "evaluations")
 
-    ``absorbed``: the ids of lost releases (``checkpoint-release.json``) the strategy's state counts already.
+
+class CheckpointWriter:
+    """Writes ``checkpoint.npz`` after every round of one run, in time that does not grow with the rounds.
+
+    The JSON of what does not change during a run (the run config, the vocabulary, the
+    agreement) is made once, and each round's entry of the strategy's history
+    (:data:`HISTORY_KEYS`) once, when its round has passed: strategies write only the
+    current round's entries, so an entry older than the newest is final (the two newest
+    are made again every time, to be safe), and the text of the final ones is kept joined. The text written is exactly ``json.dumps`` of
+    the whole state. The arrays are stored uncompressed: compressing a ``K x V`` matrix
+    every round cost more than the round's sampling (BBC, K=20), and the file is replaced
+    each round anyway.
+
+    Parameters
+    ----------
+    directory : path
+        The run's output directory.
+    config : mapping
+        The run config (validated).
+    agreement : Agreement
+        The vocabulary agreement of the run.
     """
-    own_arrays, strategy_meta = strategy_state(strategy)
-    meta = {"format": FORMAT, "round": int(server_round), "method": str(config["method"]),
-            "config": _plain(dict(config)), "vocabulary": list(agreement.vocabulary),
-            "agreement": agreement_state(agreement), "strategy": strategy_meta, "absorbed": list(absorbed),
-            "written": time.time()}
-    payload: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
-    payload.update({GLOBAL_PREFIX + k: np.asarray(a.numpy()) for k, a in arrays.items()})
-    payload.update({STRATEGY_PREFIX + k: np.asarray(v) for k, v in own_arrays.items()})
-    return save_npz(Path(directory) / CHECKPOINT_FILE, **payload)
+
+    def __init__(self, directory: str | os.PathLike[str], config: Mapping[str, Any], agreement: "Agreement") -> None:
+        self.path = Path(directory) / CHECKPOINT_FILE
+        self._method = str(config["method"])
+        self._static = {"config": json.dumps(_plain(dict(config))), "vocabulary": json.dumps(list(agreement.vocabulary)),
+                        "agreement": json.dumps(agreement_state(agreement))}
+        self._frozen: dict[str, tuple[list[int], str]] = {key: ([], "") for key in HISTORY_KEYS}
+        self._token = uuid.uuid4().hex  # marks the holes; no value of the state can contain it
+
+    def _history(self, key: str, entries: Mapping[int, Any]) -> str:
+        """``json.dumps`` of ``{str(round): entry}``; entries but the two newest are serialized once and kept."""
+        keys = list(entries)
+        frozen_keys, frozen_text = self._frozen[key]
+        if keys[:len(frozen_keys)] != frozen_keys:  # a strategy whose history was replaced (a resume): start over
+            frozen_keys, frozen_text = [], ""
+        parts = [f"{json.dumps(str(r))}: {json.dumps(_plain_entry(entries[r]))}" for r in keys[len(frozen_keys):]]
+        freeze = max(0, len(keys) - 2 - len(frozen_keys))
+        if freeze:
+            frozen_text = ", ".join(filter(None, [frozen_text, *parts[:freeze]]))
+            frozen_keys, parts = frozen_keys + keys[len(frozen_keys):len(frozen_keys) + freeze], parts[freeze:]
+        self._frozen[key] = (frozen_keys, frozen_text)
+        return "{" + ", ".join(filter(None, [frozen_text, *parts])) + "}"
+
+    def save(self, server_round: int, strategy: "TopicStrategy", arrays: ArrayRecord,
+             absorbed: Sequence[str] = ()) -> Path:
+        """Write the state after ``server_round`` (atomically: temp file + ``os.replace``).
+
+        ``absorbed``: the ids of lost releases (``checkpoint-release.json``) the strategy's state counts already.
+        """
+        own_arrays, strategy_meta = strategy_state(strategy, history=False)
+        holes = {name: f"{self._token}:{name}" for name in (*self._static, *HISTORY_KEYS)}
+        strategy_meta["base"].update({key: holes[key] for key in HISTORY_KEYS})
+        meta = {"format": FORMAT, "round": int(server_round), "method": self._method, "config": holes["config"],
+                "vocabulary": holes["vocabulary"], "agreement": holes["agreement"], "strategy": strategy_meta,
+                "absorbed": list(absorbed), "written": time.time()}
+        fill = dict(self._static)
+        fill.update({key: self._history(key, getattr(strategy, key)) for key in HISTORY_KEYS})
+        # one pass over the text with the holes: what is filled in is never scanned again
+        text = re.sub(f'"{self._token}:([a-z_]+)"', lambda m: fill[m.group(1)], json.dumps(meta))
+        payload: dict[str, np.ndarray] = {"meta": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
+        payload.update({GLOBAL_PREFIX + k: np.asarray(a.numpy()) for k, a in arrays.items()})
+        payload.update({STRATEGY_PREFIX + k: np.asarray(v) for k, v in own_arrays.items()})
+        return save_npz(self.path, compress=False, **payload)
 
 
 def write_release(directory: str | os.PathLike[str], server_round: int, nodes: Sequence[int],
@@ -319,7 +389,7 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
                              "was interrupted after its vocabulary agreement)")
     try:
         with np.load(path, allow_pickle=False) as data:
-            meta = json.loads(str(data["meta"]))
+            meta = read_meta(data["meta"])
             global_arrays = {k[len(GLOBAL_PREFIX):]: data[k] for k in data.files if k.startswith(GLOBAL_PREFIX)}
             strategy_arrays = {k[len(STRATEGY_PREFIX):]: data[k] for k in data.files if k.startswith(STRATEGY_PREFIX)}
     except (OSError, ValueError, KeyError) as exc:

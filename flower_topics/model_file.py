@@ -122,14 +122,14 @@ def save_model(path: str | os.PathLike[str], model: TopicModel) -> Path:
                     metadata=np.asarray(json.dumps(model.metadata, default=_json_default)))
 
 
-def save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
-    """Write ``arrays`` to a compressed ``.npz`` at ``path`` atomically (no half-written file on failure)."""
+def save_npz(path: str | os.PathLike[str], compress: bool = True, **arrays: np.ndarray) -> Path:
+    """Write ``arrays`` to an ``.npz`` at ``path`` atomically (no half-written file on failure), compressed by default."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+            (np.savez_compressed if compress else np.savez)(fh, **arrays)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -21,13 +21,13 @@ from flower_topics import console
 from flower_topics.agreement import Agreement, agree_vocabulary
 from flower_topics.checkpoint import (
     Checkpoint,
+    CheckpointWriter,
     RoundOffset,
     agreement_from_state,
     array_record,
     check_resume_config,
     load_checkpoint,
     resume_strategy,
-    save_checkpoint,
     send_vocabulary,
 )
 from flower_topics.config import parse_run_config
@@ -190,15 +190,16 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
     absorbed: list[str] = []  # lost releases the strategy's state counts (never counted twice)
+    checkpoints = CheckpointWriter(outputs.directory, config, agreement)
     if checkpoint is None:
         initial = strategy.initial_arrays()
-        save_checkpoint(outputs.directory, 0, config, agreement, strategy, initial)
+        checkpoints.save(0, strategy, initial)
     else:
         resume_strategy(strategy, checkpoint)
         initial = array_record(checkpoint.global_arrays)
         absorbed = [*checkpoint.absorbed, *([checkpoint.lost_release["id"]] if checkpoint.lost_release else [])]
         # the lost release is in the state now: a crash before the next round's checkpoint must not lose it
-        save_checkpoint(outputs.directory, start_round, config, agreement, strategy, initial, absorbed)
+        checkpoints.save(start_round, strategy, initial, absorbed)
         restored = time.time() - started
         strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
     truth = synthetic_truth(config, agreement)
@@ -218,7 +219,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
 
     def record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         metrics = recorder(server_round, arrays)
-        save_checkpoint(outputs.directory, server_round, config, agreement, strategy, arrays, absorbed)
+        checkpoints.save(server_round, strategy, arrays, absorbed)
         latest[0] = arrays
         return metrics
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.checkpoint import CHECKPOINT_FILE, RELEASE_FILE, load_checkpoint
+from flower_topics.checkpoint import (CHECKPOINT_FILE, RELEASE_FILE, CheckpointWriter, load_checkpoint, read_meta,
+                                      strategy_state)
 from flower_topics.client_app import make_client_app
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
@@ -188,12 +189,45 @@ def test_the_checkpoint_is_one_npz_without_pickle_and_written_every_round(tmp_pa
     config = _config("ntm", tmp_path / "run", **{"num-rounds": 2})
     run_server(_grid(config), config)
     with np.load(tmp_path / "run" / CHECKPOINT_FILE, allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
+        meta = read_meta(data["meta"])
         assert meta["round"] == 2 and meta["config"]["num-rounds"] == 2 and meta["vocabulary"]
         assert any(k.startswith("strategy/ntm-optimizer-") for k in data.files)  # Adam's moments
         assert any(k.startswith("global/") for k in data.files)
     assert json.loads((tmp_path / "run" / RELEASE_FILE).read_text())["round"] == 2
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_the_writer_writes_exactly_the_json_of_the_whole_state_and_refreshes_the_newest_rounds(tmp_path):
+    """The per-round cache of :class:`CheckpointWriter` changes no byte of the state: after every save the
+    stored meta equals the state built from scratch, also when the newest round's entries change after a
+    save (late evaluation bytes) and when a value looks like the writer's own placeholders."""
+    from flower_topics.agreement import Agreement
+    from flower_topics.server_app import build_strategy
+    from flower_topics.strategies.base import RoundTraffic
+
+    from flower_topics.config import parse_run_config
+
+    config = parse_run_config({**_config("lda", tmp_path), "num-rounds": 5})
+    vocabulary = ("alpha", "beta", "gamma")
+    agreement = Agreement(vocabulary=vocabulary, mode="file", nodes=2, bytes_sent=0, bytes_received=0, seconds=0.0)
+    strategy = build_strategy(config, vocabulary)
+    writer = CheckpointWriter(tmp_path, config, agreement)
+    arrays = strategy.initial_arrays()
+    for server_round in range(1, 5):
+        strategy.traffic[server_round] = RoundTraffic(bytes_sent=10 * server_round, nodes_sampled=2)
+        strategy.method_metrics[server_round] = {"num-tokens": 7.0 * server_round}
+        strategy.excluded[server_round] = f'"{writer._token}:config" sent by a hostile party'
+        writer.save(server_round, strategy, arrays)
+        strategy.traffic[server_round].eval_bytes_sent += 3  # after the save, still in its round
+        writer.save(server_round, strategy, arrays)
+        with np.load(tmp_path / CHECKPOINT_FILE, allow_pickle=False) as data:
+            meta = read_meta(data["meta"])
+            assert data["meta"].dtype == np.uint8
+        _, expected = strategy_state(strategy)
+        assert meta["strategy"] == json.loads(json.dumps(expected))
+        assert meta["vocabulary"] == list(vocabulary) and meta["config"]["num-rounds"] == 5
+        assert meta["round"] == server_round
+    assert load_checkpoint(tmp_path).strategy_meta["base"]["traffic"]["4"]["eval_bytes_sent"] == 3
 
 
 def _descendants(pid: int) -> list[int]:
