@@ -265,7 +265,7 @@ def _report(name: str, rows: list[dict], fault_rounds: set[int], wall: float) ->
           f" (without fault mean {mean(plain)}, with fault mean {mean(faulty)})")
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(900)
 def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_tokens_once(federation, tmp_path):
     """``lda``, 3 SuperNodes, 5 rounds: SuperNode 1 is SIGKILLed once round 2's messages went out, and started
     again with the same key and node config as soon as the SuperLink lists it offline.
@@ -304,7 +304,9 @@ def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[0]["replies_applied"] == PARTIES
     assert rows[1]["replies_applied"] == PARTIES - 1 and rows[1]["model_held"] == 0, rows[1]
-    assert _round_seconds(rows)[2] >= ROUND_TIMEOUT - 1  # round 2 waited for the killed node until its timeout
+    # round 2 waited for the killed node: until its timeout, or until the SuperLink found the node gone and answered
+    # for it ("Node Unavailable", the moment it lists the node offline; listing polled every 3 s)
+    assert _round_seconds(rows)[2] >= min(ROUND_TIMEOUT, offline_after - 3.0) - 1
     assert rows[-1]["replies_applied"] == PARTIES, rows  # the restarted party is back
     assert "no longer sampled" not in log, log[-4000:]
     restarted_log = (fed.logs / f"node-{victim}-restarted.log").read_text(errors="replace")
@@ -322,7 +324,7 @@ def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_
     _report("lda kill+restart with state-dir", rows, {2, 3}, wall)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(900)
 def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(federation, tmp_path):
     """``lda`` with ``min-replies=3``, 4 rounds: SuperNode 2's processes are SIGSTOPped once round 2's messages went
     out. Round 2 ends at ``round-timeout`` with 2 valid replies of the 3 needed: the global model stays as it was
@@ -383,7 +385,7 @@ def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(
     _report("lda hang (SIGSTOP/SIGCONT)", rows, {2}, wall)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(900)
 def test_secure_lda_survives_a_party_killed_after_the_share_stage(federation, tmp_path):
     """``lda`` with ``secure-aggregation=true`` and tolerance 1 (Shamir threshold 2 of 3), 1 round: SuperNode 0 is
     SIGKILLed once the round's key and share stages are done and its training message went out, so the two others

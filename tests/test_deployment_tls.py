@@ -98,7 +98,7 @@ def _check_run(name: str, out: Path, text_a: str, text_b: str) -> None:
           f"agreement {agreement['mode']} {agreement['seconds']}s, epsilon {rows[-1]['privacy'].get('epsilon')}")
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(900)
 def test_tls_authenticated_deployment_each_party_its_own_corpus(tmp_path, monkeypatch):
     started = time.monotonic()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -49,7 +49,7 @@ def _check_outputs(out: Path, rounds: int) -> None:
     assert json.loads(json.dumps(model.metadata))["rounds"] == rounds
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, capsys):
     """`flower-topics-superlink flwr run .` exits 0 on a completed run, 1 on a failed one, and 2 on a run
     config the ServerApp would reject (refused before anything is submitted)."""
@@ -77,7 +77,7 @@ def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, caps
     assert not (tmp_path / "failed" / "model.npz").exists()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_simulation_engine_federated_run(tmp_path):
     from flower_topics.simulations import simulate
 

@@ -23,7 +23,7 @@ def _section_code() -> tuple[str, list[str]]:
     return app_code, [line for line in alternatives.splitlines() if line.strip()]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_each_readme_strategy_runs_against_the_package_client_app(capsys):
     from flwr.simulation import run_simulation
 
