@@ -110,15 +110,16 @@ def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: s
     if fingerprint is not None and fingerprint != agreed:
         raise UserInputError(f"the server's vocabulary (fingerprint {fingerprint}) is not the one this node agreed "
                              f"to ({agreed}); build the strategy with the vocabulary of agree_vocabulary")
-    documents = node_documents(context, config)
-    # every option that decides the documents (seed, split, synthetic generator, partition), not only
-    # their source: two runs in one process over the same file or generator must not share documents
+    # every option that decides the documents (the node's file or share, seed, split, synthetic generator,
+    # partition): two runs in one process over the same file or generator must not share documents; the
+    # documents are read only when they are not here yet (a share took a few ms a message to materialize)
     decided_by = sorted((str(k), str(v)) for k, v in config.items() if is_data_key(k) or k in PARTITION_KEYS)
     node = sorted((str(k), str(v)) for k, v in context.node_config.items())
-    key = (documents.source, agreed, tuple(decided_by), tuple(node))
+    key = (agreed, tuple(decided_by), tuple(node))
     if key not in _AGREED:
         if len(_AGREED) >= 8:
             _AGREED.pop(next(iter(_AGREED)))
+        documents = node_documents(context, config)
         corpus = documents.on_vocabulary(split_words(str(record["words"])), int(config["min-doc-length"]))
         _AGREED[key] = AgreedDocuments(corpus.select_split("train", "val"), corpus.select_split("test"))
     return _AGREED[key]
