@@ -418,7 +418,8 @@ def deployment(method: str, parties: int, rounds: int, out: Path, timeout: float
 
 
 def ftm_merge_cost(parties: list[int], out: Path, seed: int = 0) -> list[dict[str, Any]]:
-    """Seconds and peak RSS of FTM's server merge (Algorithm 2, ``integrate_local_models``) in this process.
+    """Seconds and peak RSS of FTM's server merge (Algorithm 2, ``integrate_local_models``) in this process,
+    and of the composition that follows it in ``FTM.aggregate`` (Algorithm 3, ``compose_local_models``).
 
     Each party's 10 local topics over 200 words are drawn from Dirichlet(0.05): like a tiny
     party's topics, they rarely reach the merge threshold (xi = 0.5 on the top 20 words), so the
@@ -426,7 +427,7 @@ def ftm_merge_cost(parties: list[int], out: Path, seed: int = 0) -> list[dict[st
     """
     import resource
 
-    from flower_topics.models.ftm_merge import integrate_local_models
+    from flower_topics.models.ftm_merge import compose_local_models, integrate_local_models
 
     rng = np.random.default_rng(seed)
     results = []
@@ -435,7 +436,11 @@ def ftm_merge_cost(parties: list[int], out: Path, seed: int = 0) -> list[dict[st
         started = time.perf_counter()
         merged = integrate_local_models(models, [300.0] * n, xi=0.5, top_l=20)
         seconds = time.perf_counter() - started
-        result = {"kind": "ftm-merge", "parties": n, "global_topics": merged.n_topics, "seconds": round(seconds, 1),
+        started = time.perf_counter()
+        compose_local_models(merged, models, xi=0.5, top_l=20)
+        compose_seconds = time.perf_counter() - started
+        result = {"kind": "ftm-merge", "parties": n, "global_topics": merged.n_topics, "seconds": round(seconds, 2),
+                  "compose_seconds": round(compose_seconds, 2),
                   "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
                   "command": f"python benchmarks/bench_load.py ftm-merge --parties {' '.join(map(str, parties))} "
                              "--out $OUT"}
