@@ -42,9 +42,10 @@ class LDAClientState:
     Parameters
     ----------
     applied : np.ndarray or None
-        Topic of each token as of the client's last update the server applied.
+        Topic of each token as of the client's last update the server applied (the smallest unsigned
+        integer type that holds K - 1).
     pending : np.ndarray or None
-        Topic of each token as sent in the client's last reply.
+        Topic of each token as sent in the client's last reply (same type).
     pending_round : int
         Round of that reply (0 = none).
     """
@@ -100,7 +101,10 @@ def train_round(
     if base_z is None:  # first update: the server does not hold this client's counts yet
         working += sampler.topic_word_counts()
     sampler.sweep(working, n_sweeps=settings.local_sweeps)
-    state.pending, state.pending_round = sampler.z.copy(), server_round
+    # kept in the smallest unsigned type that holds K - 1 (uint8 up to 256 topics): context.state serializes
+    # it at every message, and the sampler takes it back as int32
+    state.pending = sampler.z.astype(np.min_scalar_type(settings.n_topics - 1))
+    state.pending_round = server_round
     return working - global_counts.astype(np.int32)
 
 
