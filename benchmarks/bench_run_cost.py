@@ -33,12 +33,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -79,10 +83,27 @@ def tree_memory(root: int) -> tuple[int, int, dict[int, int]]:
     return rss, pss, each
 
 
-def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, int, int, dict[str, int]]:
-    """Wall seconds of ``cmd``, the peak RSS and PSS (bytes) of its process tree, and at the RSS peak the
-    RSS of each role (:data:`ROLES`) in MiB."""
+class Timing(NamedTuple):
+    """One timed command: wall and CPU seconds, peak RSS and PSS (bytes) of its process tree, and the RSS
+    of each role (:data:`ROLES`, MiB) at the RSS peak. ``cpu``: user + system seconds of the command and
+    of the descendants it waited for (all of a centralized run; a simulation's Ray processes may escape it)."""
+
+    seconds: float
+    cpu: float
+    peak: int
+    pss: int
+    roles: dict[str, int]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> Timing:
+    """Run ``cmd`` to its end and measure it (:class:`Timing`)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", **(extra_env or {})}
+    cpu_before = _children_cpu()
     started = time.perf_counter()
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak, done, at_peak = [0, 0], threading.Event(), {}
@@ -99,6 +120,7 @@ def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[floa
     sampler.start()
     _, err = process.communicate()
     seconds = time.perf_counter() - started
+    cpu = _children_cpu() - cpu_before
     done.set()
     sampler.join()
     if process.returncode:
@@ -106,7 +128,8 @@ def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> tuple[floa
     roles: dict[str, int] = {}
     for rss, name in at_peak.values():
         roles[name] = roles.get(name, 0) + rss
-    return seconds, peak[0], peak[1], {k: round(v / (1 << 20)) for k, v in sorted(roles.items(), key=lambda x: -x[1])}
+    return Timing(seconds, cpu, peak[0], peak[1],
+                  {k: round(v / (1 << 20)) for k, v in sorted(roles.items(), key=lambda x: -x[1])})
 
 
 def main() -> None:
@@ -116,6 +139,9 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--parties", type=int, default=0, help="federated run of this many parties (0: centralized)")
     parser.add_argument("--corpus-cache", default="", help="FLOWER_TOPICS_CACHE_DIR of our run (default: fresh)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="centralized: alternate ours, ours without evaluation and tomotopy this many times "
+                             "(best and median reported)")
     parser.add_argument("--out", default="runs/bench-run-cost")
     args = parser.parse_args()
     out = Path(args.out)
@@ -127,29 +153,42 @@ def main() -> None:
                         str(args.topics), "--iterations", str(args.rounds), "--out", f"{tmp}/tomotopy"]
         if args.parties:
             cache = {"FLOWER_TOPICS_CACHE_DIR": args.corpus_cache or f"{tmp}/corpus-cache"}
-            ours, ours_peak, ours_pss, ours_roles = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
-                                     str(args.parties), "--topics", str(args.topics), "--rounds", str(args.rounds),
-                                     "--out", f"{tmp}/federated", "--set", "federated-eval=false"], cache)
-            tomotopy, tomotopy_peak, tomotopy_pss, _ = timed(tomotopy_cmd)
+            ours = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
+                          str(args.parties), "--topics", str(args.topics), "--rounds", str(args.rounds),
+                          "--out", f"{tmp}/federated", "--set", "federated-eval=false"], cache)
+            tomotopy = timed(tomotopy_cmd)
             result = {"dataset": args.dataset, "parties": args.parties, "rounds": args.rounds, "topics": args.topics,
-                      "ours_seconds": round(ours, 1), "ours_peak_mib": round(ours_peak / mib),
-                      "tomotopy_seconds": round(tomotopy, 1), "tomotopy_peak_mib": round(tomotopy_peak / mib),
-                      "ratio_seconds": round(ours / tomotopy, 2), "ratio_peak": round(ours_peak / tomotopy_peak, 2),
-                      "ours_peak_pss_mib": round(ours_pss / mib), "tomotopy_peak_pss_mib": round(tomotopy_pss / mib),
-                      "ratio_peak_pss": round(ours_pss / tomotopy_pss, 2), "ours_rss_mib_at_peak": ours_roles}
+                      "ours_seconds": round(ours.seconds, 1), "ours_peak_mib": round(ours.peak / mib),
+                      "tomotopy_seconds": round(tomotopy.seconds, 1), "tomotopy_peak_mib": round(tomotopy.peak / mib),
+                      "ratio_seconds": round(ours.seconds / tomotopy.seconds, 2),
+                      "ratio_peak": round(ours.peak / tomotopy.peak, 2),
+                      "ours_peak_pss_mib": round(ours.pss / mib), "tomotopy_peak_pss_mib": round(tomotopy.pss / mib),
+                      "ratio_peak_pss": round(ours.pss / tomotopy.pss, 2), "ours_rss_mib_at_peak": ours.roles}
         else:
             common = [cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients", "1", "--topics",
                       str(args.topics), "--rounds", str(args.rounds), "--mode", "centralized"]
-            ours, ours_peak, _, _ = timed([*common, "--out", f"{tmp}/eval"])
-            no_eval, _, _, _ = timed([*common, "--out", f"{tmp}/no-eval", "--set", "federated-eval=false"])
-            tomotopy, tomotopy_peak, _, _ = timed(tomotopy_cmd)
-            evals = sum(1 for line in Path(f"{tmp}/eval/metrics.jsonl").read_text().splitlines()
+            runs: dict[str, list[Timing]] = {"ours": [], "ours_without_evaluation": [], "tomotopy": []}
+            for repeat in range(args.repeats):  # alternating, so that the machine's load hits all three alike
+                runs["ours"].append(timed([*common, "--out", f"{tmp}/eval-{repeat}"]))
+                runs["ours_without_evaluation"].append(
+                    timed([*common, "--out", f"{tmp}/no-eval-{repeat}", "--set", "federated-eval=false"]))
+                runs["tomotopy"].append(timed(tomotopy_cmd))
+            evals = sum(1 for line in Path(f"{tmp}/eval-0/metrics.jsonl").read_text().splitlines()
                         if "perplexity" in json.loads(line))
-            result = {"dataset": args.dataset, "rounds": args.rounds, "topics": args.topics,
-                      "ours_seconds": round(ours, 1), "ours_without_evaluation_seconds": round(no_eval, 1),
-                      "tomotopy_seconds": round(tomotopy, 1), "ratio_ours_to_tomotopy": round(ours / tomotopy, 2),
-                      "evaluations": evals, "evaluation_share": round(max(ours - no_eval, 0.0) / ours, 3),
-                      "ours_peak_mib": round(ours_peak / mib), "tomotopy_peak_mib": round(tomotopy_peak / mib)}
+            best = {name: min(t.seconds for t in timings) for name, timings in runs.items()}
+            median = {name: float(np.median([t.seconds for t in timings])) for name, timings in runs.items()}
+            cpu = {name: min(t.cpu for t in timings) for name, timings in runs.items()}
+            result = {"dataset": args.dataset, "rounds": args.rounds, "topics": args.topics, "repeats": args.repeats,
+                      **{f"{name}_seconds_best": round(v, 1) for name, v in best.items()},
+                      **{f"{name}_seconds_median": round(v, 1) for name, v in median.items()},
+                      **{f"{name}_cpu_seconds_best": round(v, 1) for name, v in cpu.items()},
+                      "ratio_ours_to_tomotopy_best": round(best["ours"] / best["tomotopy"], 2),
+                      "ratio_ours_to_tomotopy_median": round(median["ours"] / median["tomotopy"], 2),
+                      "ratio_ours_to_tomotopy_cpu": round(cpu["ours"] / cpu["tomotopy"], 2),
+                      "evaluations": evals,
+                      "evaluation_share": round(max(best["ours"] - best["ours_without_evaluation"], 0.0) / best["ours"], 3),
+                      "ours_peak_mib": round(max(t.peak for t in runs["ours"]) / mib),
+                      "tomotopy_peak_mib": round(max(t.peak for t in runs["tomotopy"]) / mib)}
     (out / "run_cost.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
