@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="seed of the held-out split and of the document-completion halves (default: the run's)")
     ev.add_argument("--heldout-fraction", type=float, default=None,
                     help="held-out share of a corpus without its own split (default: the run's, else 0.1)")
+    ev.add_argument("--eval-alpha", type=float, default=None,
+                    help="Dirichlet alpha of the held-out fold-in (default: the run's eval-alpha, else 0.01; "
+                         "0.1 is the literature's usual document-completion setting)")
     ev.add_argument("--min-coverage", type=float, default=0.5,
                     help="refuse a corpus of whose tokens the model's vocabulary covers less than this share")
     voc = sub.add_parser(
@@ -174,7 +177,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     trained = model.metadata.get("run_config", {})
     known = {k: v for k, v in trained.items() if k in EVALUATION_KEYS or k.startswith("synthetic-")}
     flags = {"text-column": args.text_column, "label-column": args.label_column, "stopwords": args.stopwords,
-             "seed": args.seed, "heldout-fraction": args.heldout_fraction,
+             "seed": args.seed, "heldout-fraction": args.heldout_fraction, "eval-alpha": args.eval_alpha,
              "lowercase": False if args.no_lowercase else None}
     config = parse_run_config({**known, **{k: v for k, v in flags.items() if v is not None}, "dataset": args.corpus,
                                "partition": "iid"})

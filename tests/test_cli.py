@@ -73,6 +73,29 @@ def test_evaluate_prints_every_metric_as_json(tmp_path, capsys):
     assert metrics["tss"] == pytest.approx(last["tss"], rel=1e-9)
 
 
+def test_evaluate_eval_alpha_scores_with_that_fold_in_prior(tmp_path, capsys):
+    """``--eval-alpha 0.1`` (the literature's document completion) against the run's 0.01: the perplexity is
+    evaluate_model's at that alpha, and not the run's."""
+    from flower_topics.config import parse_run_config
+    from flower_topics.data.node_data import simulated_share
+    from flower_topics.metrics import evaluate_model
+    from flower_topics.model_file import load_model
+
+    assert _simulate(tmp_path / "c", "centralized") == 0
+    capsys.readouterr()
+    model_path = str(tmp_path / "c" / "model.npz")
+    assert main(["evaluate", "--model", model_path, "--corpus", "synthetic", "--eval-alpha", "0.1"]) == 0
+    scored = json.loads(capsys.readouterr().out)["perplexity"]
+    model = load_model(model_path)
+    config = parse_run_config({k: v for k, v in model.metadata["run_config"].items() if k != "output-dir"})
+    corpus = simulated_share({**config, "partition": "iid"}, 0, 1).on_vocabulary(model.vocabulary,
+                                                                               int(config["min-doc-length"]))
+    expected = evaluate_model(model, corpus, seed=int(config["seed"]), alpha=0.1,
+                              n_iter=int(config["eval-iterations"]))["perplexity"]
+    assert scored == pytest.approx(expected, rel=1e-9)
+    assert scored != pytest.approx(read_metrics(tmp_path / "c" / "metrics.jsonl")[-1]["perplexity"], rel=1e-3)
+
+
 def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
     bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
     from flower_topics.data import load_corpus
