@@ -139,6 +139,10 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--parties", type=int, default=0, help="federated run of this many parties (0: centralized)")
     parser.add_argument("--corpus-cache", default="", help="FLOWER_TOPICS_CACHE_DIR of our run (default: fresh)")
+    parser.add_argument("--federated-eval", action="store_true",
+                        help="with --parties: keep the default federated evaluation (off otherwise)")
+    parser.add_argument("--quality", action="store_true",
+                        help="with --parties: score both models (flower-topics evaluate, fold-in alpha 0.01 and 0.1)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="centralized: alternate ours, ours without evaluation and tomotopy this many times "
                              "(best and median reported)")
@@ -153,17 +157,35 @@ def main() -> None:
                         str(args.topics), "--iterations", str(args.rounds), "--out", f"{tmp}/tomotopy"]
         if args.parties:
             cache = {"FLOWER_TOPICS_CACHE_DIR": args.corpus_cache or f"{tmp}/corpus-cache"}
+            evaluation = [] if args.federated_eval else ["--set", "federated-eval=false"]
             ours = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
                           str(args.parties), "--topics", str(args.topics), "--rounds", str(args.rounds),
-                          "--out", f"{tmp}/federated", "--set", "federated-eval=false"], cache)
+                          "--out", f"{tmp}/federated", *evaluation], cache)
             tomotopy = timed(tomotopy_cmd)
+            rows = [json.loads(line) for line in Path(f"{tmp}/federated/metrics.jsonl").read_text().splitlines()]
+            per_round = np.diff([float(r["wall_time"]) for r in rows])  # rounds 2.. (round 1 holds the start-up)
             result = {"dataset": args.dataset, "parties": args.parties, "rounds": args.rounds, "topics": args.topics,
+                      "federated_eval": args.federated_eval,
+                      "evaluations": sum(1 for r in rows if "perplexity" in r),
                       "ours_seconds": round(ours.seconds, 1), "ours_peak_mib": round(ours.peak / mib),
                       "tomotopy_seconds": round(tomotopy.seconds, 1), "tomotopy_peak_mib": round(tomotopy.peak / mib),
                       "ratio_seconds": round(ours.seconds / tomotopy.seconds, 2),
                       "ratio_peak": round(ours.peak / tomotopy.peak, 2),
                       "ours_peak_pss_mib": round(ours.pss / mib), "tomotopy_peak_pss_mib": round(tomotopy.pss / mib),
-                      "ratio_peak_pss": round(ours.pss / tomotopy.pss, 2), "ours_rss_mib_at_peak": ours.roles}
+                      "ratio_peak_pss": round(ours.pss / tomotopy.pss, 2), "ours_rss_mib_at_peak": ours.roles,
+                      "ours_first_round_end_seconds": round(float(rows[0]["wall_time"]), 1),
+                      "ours_seconds_per_round_median": round(float(np.median(per_round)), 3) if per_round.size else None,
+                      "ours_bytes_sent_per_round_median": int(np.median([r["bytes_sent"] for r in rows])),
+                      "ours_bytes_received_per_round_median": int(np.median([r["bytes_received"] for r in rows]))}
+            if args.quality:
+                for name, model in (("ours", f"{tmp}/federated/model.npz"), ("tomotopy", f"{tmp}/tomotopy/model.npz")):
+                    for alpha in (0.01, 0.1):
+                        scored = subprocess.run([cli, "evaluate", "--model", model, "--corpus", args.dataset,
+                                                 "--eval-alpha", str(alpha)], capture_output=True, text=True,
+                                                env={**os.environ, **cache}, check=True)
+                        metrics = json.loads(scored.stdout.strip().splitlines()[-1])
+                        result[f"{name}_perplexity_alpha_{alpha}"] = round(float(metrics["perplexity"]), 1)
+                        result[f"{name}_npmi"] = round(float(metrics["npmi"]), 4)
         else:
             common = [cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients", "1", "--topics",
                       str(args.topics), "--rounds", str(args.rounds), "--mode", "centralized"]
