@@ -28,6 +28,7 @@ from flower_topics.privacy.report import PrivacyReport
 from flower_topics.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.base import FederationError
+from flower_topics.wire import lda as lda_wire
 from flower_topics.wire.protocol import BAD_INPUT
 
 TINY = {
@@ -109,7 +110,8 @@ def _malformed(method: str, strategy, reply: Message) -> dict[str, tuple[Message
         "missing key": (_update_with(reply, lambda a: a.pop(key)), "keys missing"),
         "extra key": (_update_with(reply, lambda a: a.update(spy=np.zeros(3))), "unexpected ['spy']"),
         "wrong dtype": (_update_with(reply, lambda a: a.update({key: a[key].astype(other)})), "dtype"),
-        "wrong shape": (_update_with(reply, lambda a: a.update({key: np.concatenate([a[key], a[key][:, :1]], axis=1)})),
+        "wrong shape": (_update_with(reply, lambda a: a.update({key: a[key].reshape(1, -1) if a[key].ndim == 1
+                                                                else np.concatenate([a[key], a[key][:, :1]], axis=1)})),
                         "shape"),
         "other method": (_with(reply, sender=ConfigRecord({"method": "someone-else"})), "produced by method"),
         "no sender": (_with(reply, sender=None), "records missing ['sender']"),
@@ -118,11 +120,19 @@ def _malformed(method: str, strategy, reply: Message) -> dict[str, tuple[Message
     if np.issubdtype(array.dtype, np.floating):
         cases["nan"] = (_update_with(reply, lambda a: a[key].flat.__setitem__(0, np.nan)), "NaN or infinite")
         cases["inf"] = (_update_with(reply, lambda a: a[key].flat.__setitem__(0, np.inf)), "NaN or infinite")
-    if method in ("lda", "pctd", "dplda"):  # K x V arrays: a topic count other than what was sent
+    if method in ("pctd", "dplda"):  # K x V arrays: a topic count other than what was sent
         cases["topic count"] = (_update_with(reply, lambda a: a.update({key: np.concatenate([a[key], a[key]])})),
                                 "shape")
-    if method == "lda":
-        cases["negative counts"] = (_update_with(reply, lambda a: a[key].__setitem__((0, 0), -10**6)), "negative")
+    if method == "lda":  # a K x V count change as gaps and values (flower_topics.wire.counts)
+        values = f"{lda_wire.DELTA_KEY}.values"
+        cases["cell count"] = (_update_with(reply, lambda a: a.update({values: np.concatenate([a[values], a[values]])})),
+                               "fit neither")
+
+        def negative(a):
+            a[values] = a[values].astype(np.int32)
+            a[values][0] = -10**6
+
+        cases["negative counts"] = (_update_with(reply, negative), "negative")
     if method == "fedlda":
         v, k = strategy.vocab_size, strategy.fedlda.n_topics
         cases["word id >= V"] = (_update_with(reply, lambda a: a[key].__setitem__((0, 0), v)), "column 0")
