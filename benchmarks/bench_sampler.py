@@ -14,14 +14,21 @@ printed with their ratio (ours / tomotopy), by wall clock; the last column is th
 ratio of the best rates by process CPU time, which time spent waiting for the
 shared cores does not inflate. ``--kernels dense sparse`` measures the
 crossover that ``kernel="auto"`` uses (flower_topics.models.lda.SPARSE_MIN_TOPICS).
+``--baseline REV`` adds the sampler of an earlier commit (its
+``flower_topics/models/lda.py``, read with ``git show``) as one more contestant, so
+that before and after are timed side by side in the same process.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import tomotopy as tp
 
@@ -31,12 +38,26 @@ from flower_topics.models.lda import CollapsedGibbs, choose_kernel
 ALPHA, BETA = 0.1, 0.01
 
 
-class Ours:
-    """Our sampler with one kernel, ready to time."""
+def load_baseline(rev: str):
+    """``flower_topics.models.lda`` as it was at git revision ``rev``, imported under another name."""
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(["git", "show", f"{rev}:flower_topics/models/lda.py"], cwd=root, check=True,
+                            capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="bench-baseline-")) / f"lda_{rev}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f"lda_{rev}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, corpus, k: int, kernel: str, seed: int) -> None:
-        self.sampler = CollapsedGibbs(corpus, k, ALPHA, BETA, seed, kernel=kernel)
-        self.name = f"ours {self.sampler.kernel}" + (" (auto)" if kernel == "auto" else "")
+
+class Ours:
+    """Our sampler with one kernel, ready to time (``module``: another version's lda module)."""
+
+    def __init__(self, corpus, k: int, kernel: str, seed: int, module=None, label: str = "ours") -> None:
+        gibbs = CollapsedGibbs if module is None else module.CollapsedGibbs
+        self.sampler = gibbs(corpus, k, ALPHA, BETA, seed, kernel=kernel)
+        self.name = f"{label} {self.sampler.kernel}" + (" (auto)" if kernel == "auto" else "")
         self.counts = self.sampler.topic_word_counts()
         self.sampler.sweep(self.counts)  # compile
 
@@ -61,9 +82,12 @@ class Tomotopy:
 
 
 def measure(corpus, k: int, kernels: list[str], sweeps: int, repeats: int,
-            seed: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+            seed: int, baseline=None, baseline_label: str = "") -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Tokens/s of every contestant by wall clock and by process CPU time, one timed run of each per repeat."""
-    contestants = [Ours(corpus, k, kernel, seed) for kernel in kernels] + [Tomotopy(corpus, k, seed)]
+    contestants = [Ours(corpus, k, kernel, seed) for kernel in kernels]
+    if baseline is not None:
+        contestants += [Ours(corpus, k, kernel, seed, baseline, baseline_label) for kernel in kernels]
+    contestants.append(Tomotopy(corpus, k, seed))
     wall: dict[str, list[float]] = {c.name: [] for c in contestants}
     cpu: dict[str, list[float]] = {c.name: [] for c in contestants}
     for _ in range(repeats):
@@ -85,8 +109,11 @@ def main() -> None:
                         help="cap sweeps so that K x tokens x sweeps stays under this (e.g. 2e10)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time the sampler of this git revision (before / after in one run)")
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args()
+    baseline = load_baseline(args.baseline) if args.baseline else None
     results = []
     print(f"tomotopy {tp.__version__} ({tp.isa}), one core; best / median Mtok/s over {args.repeats} repeats")
     print("| corpus | tokens | K | sweeps | kernel | ours best | ours median | tomotopy best | tomotopy median "
@@ -101,7 +128,8 @@ def main() -> None:
             sweeps = args.sweeps
             if args.max_topic_tokens:
                 sweeps = max(1, min(sweeps, int(args.max_topic_tokens // (k * corpus.n_tokens))))
-            rates, cpu_rates = measure(corpus, k, args.kernels, sweeps, args.repeats, args.seed)
+            rates, cpu_rates = measure(corpus, k, args.kernels, sweeps, args.repeats, args.seed,
+                                       baseline, f"{args.baseline}")
             theirs = rates.pop(tp_name)
             theirs_cpu = cpu_rates.pop(tp_name)
             for label, ours in rates.items():

@@ -167,8 +167,8 @@ def test_kernel_is_chosen_by_topics_and_document_length():
     assert CollapsedGibbs(short, SPARSE_MIN_TOPICS - 1, 0.1, 0.01, seed=0).kernel == "dense"
     assert CollapsedGibbs(short, SPARSE_MIN_TOPICS, 0.1, 0.01, seed=0).kernel == "sparse"
     long_docs = Corpus.from_documents([[0, 1] * 60], ["a", "b"])  # 120 tokens a document, like BBC_News
-    assert CollapsedGibbs(long_docs, 200, 0.1, 0.01, seed=0).kernel == "dense"
-    assert CollapsedGibbs(long_docs, 240, 0.1, 0.01, seed=0).kernel == "sparse"
+    assert CollapsedGibbs(long_docs, 959, 0.1, 0.01, seed=0).kernel == "dense"
+    assert CollapsedGibbs(long_docs, 960, 0.1, 0.01, seed=0).kernel == "sparse"
     assert choose_kernel(1000, 120.0) == "sparse"
     assert CollapsedGibbs(long_docs, 1000, 0.1, 0.01, seed=0, kernel="dense").kernel == "dense"
     with pytest.raises(ValueError, match="kernel must be one of"):

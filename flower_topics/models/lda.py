@@ -52,11 +52,12 @@ KERNELS = ("auto", "dense", "sparse")
 #: ``kernel="auto"`` uses the sparse kernel from ``max(SPARSE_MIN_TOPICS,
 #: SPARSE_PER_DOC_LENGTH x mean document length)`` topics on: the sparse kernel's work per
 #: token grows with the topics a document holds (at most its length), the dense kernel's
-#: with K. Measured crossovers (``benchmarks/bench_sampler.py --kernels dense sparse``,
-#: docs/results.md): M10 (6 tokens a document) between K 50 and 100, debian_large (40)
-#: about 100, BBC_News (120) between 200 and 300.
-SPARSE_MIN_TOPICS = 64
-SPARSE_PER_DOC_LENGTH = 2.0
+#: with K. Measured crossovers with the float32 lane kernel (``benchmarks/bench_sampler.py
+#: --kernels dense sparse``, docs/results.md): dense ahead up to K=300 on M10 (6 tokens a
+#: document), BBC_News (120) and debian_large (40); at K=1000 sparse ahead on debian_large,
+#: level on BBC_News.
+SPARSE_MIN_TOPICS = 500
+SPARSE_PER_DOC_LENGTH = 8.0
 
 
 #: Reassociation lets LLVM vectorize the sums over topics; every draw still comes from the
