@@ -487,6 +487,7 @@ class CollapsedGibbs:
         self.z = z
         self._doc_ids = corpus.doc_ids
         self._by_word: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # built on first sparse sweep
+        self._uniforms: np.ndarray | None = None  # the dense kernel's float32 uniforms, one per token
 
     @property
     def n_dk(self) -> np.ndarray:
@@ -561,7 +562,9 @@ class CollapsedGibbs:
                 tokens, doc_ids, z = corpus.tokens, self._doc_ids, self.z
             else:
                 tokens, doc_ids, z = corpus.tokens[positions], self._doc_ids[positions], self.z[positions]
-            uniforms = np.empty(tokens.shape[0], dtype=np.float32)
+            if self._uniforms is None or self._uniforms.shape[0] != tokens.shape[0]:
+                self._uniforms = np.empty(tokens.shape[0], dtype=np.float32)  # kept: a fresh one cost 0.25 ms a call on BBC
+            uniforms = self._uniforms
             for _ in range(n_sweeps):
                 self.rng.random(out=uniforms, dtype=np.float32)
                 _dense_kernel(tokens, doc_ids, z, dk, wk, nk, self.alpha, self.beta, v_beta, uniforms)
