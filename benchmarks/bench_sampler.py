@@ -61,8 +61,9 @@ class Ours:
         self.counts = self.sampler.topic_word_counts()
         self.sampler.sweep(self.counts)  # compile
 
-    def run(self, sweeps: int) -> None:
-        self.sampler.sweep(self.counts, n_sweeps=sweeps)
+    def run(self, sweeps: int, per_call: int | None = None) -> None:
+        for start in range(0, sweeps, per_call or sweeps):
+            self.sampler.sweep(self.counts, n_sweeps=min(per_call or sweeps, sweeps - start))
 
 
 class Tomotopy:
@@ -77,12 +78,13 @@ class Tomotopy:
                 self.model.add_doc(words)
         self.model.train(1, workers=1)  # initialization
 
-    def run(self, sweeps: int) -> None:
+    def run(self, sweeps: int, per_call: int | None = None) -> None:
         self.model.train(sweeps, workers=1)
 
 
 def measure(corpus, k: int, kernels: list[str], sweeps: int, repeats: int,
-            seed: int, baseline=None, baseline_label: str = "") -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+            seed: int, baseline=None, baseline_label: str = "",
+            per_call: int | None = None) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Tokens/s of every contestant by wall clock and by process CPU time, one timed run of each per repeat."""
     contestants = [Ours(corpus, k, kernel, seed) for kernel in kernels]
     if baseline is not None:
@@ -93,7 +95,7 @@ def measure(corpus, k: int, kernels: list[str], sweeps: int, repeats: int,
     for _ in range(repeats):
         for c in contestants:
             start, start_cpu = time.perf_counter(), time.process_time()
-            c.run(sweeps)
+            c.run(sweeps, per_call)
             wall[c.name].append(corpus.n_tokens * sweeps / (time.perf_counter() - start))
             cpu[c.name].append(corpus.n_tokens * sweeps / (time.process_time() - start_cpu))
     return wall, cpu
@@ -109,6 +111,9 @@ def main() -> None:
                         help="cap sweeps so that K x tokens x sweeps stays under this (e.g. 2e10)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweeps-per-call", type=int, default=None,
+                        help="call our sweep() with this many sweeps at a time (1: a federated round's "
+                             "set-up every sweep); tomotopy still trains --sweeps iterations in one call")
     parser.add_argument("--baseline", metavar="REV",
                         help="also time the sampler of this git revision (before / after in one run)")
     parser.add_argument("--json", help="also write the numbers to this file")
@@ -129,7 +134,7 @@ def main() -> None:
             if args.max_topic_tokens:
                 sweeps = max(1, min(sweeps, int(args.max_topic_tokens // (k * corpus.n_tokens))))
             rates, cpu_rates = measure(corpus, k, args.kernels, sweeps, args.repeats, args.seed,
-                                       baseline, f"{args.baseline}")
+                                       baseline, f"{args.baseline}", args.sweeps_per_call)
             theirs = rates.pop(tp_name)
             theirs_cpu = cpu_rates.pop(tp_name)
             for label, ours in rates.items():
