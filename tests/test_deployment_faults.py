@@ -304,9 +304,11 @@ def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
     assert rows[0]["replies_applied"] == PARTIES
     assert rows[1]["replies_applied"] == PARTIES - 1 and rows[1]["model_held"] == 0, rows[1]
-    # round 2 waited for the killed node: until its timeout, or until the SuperLink found the node gone and answered
-    # for it ("Node Unavailable", the moment it lists the node offline; listing polled every 3 s)
-    assert _round_seconds(rows)[2] >= min(ROUND_TIMEOUT, offline_after - 3.0) - 1
+    # round 2 waited for the killed node, neither cut short nor hung: until its timeout, or until the SuperLink found
+    # the node gone and answered for it ("Node Unavailable"). The SuperLink's listing shows the node offline a few
+    # seconds after that (measured under load: a round of 43.6 s, the node listed offline 49 s after the kill), and
+    # a normal round takes 13-28 s: 10 s of tolerance below, the timeout plus the run's slack above
+    assert min(ROUND_TIMEOUT, offline_after) - 10 <= _round_seconds(rows)[2] <= ROUND_TIMEOUT + 30
     assert rows[-1]["replies_applied"] == PARTIES, rows  # the restarted party is back
     assert "no longer sampled" not in log, log[-4000:]
     restarted_log = (fed.logs / f"node-{victim}-restarted.log").read_text(errors="replace")
