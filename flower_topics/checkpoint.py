@@ -8,11 +8,11 @@ file so that its parts always belong to the same round:
 - ``global/<key>``: the global arrays of the strategy after the round;
 - ``strategy/<key>``: the strategy's own arrays (e.g. ``ntm``'s optimizer moments, ``ftm``'s
   composed local models, the carried counts of a resumed ``lda`` / ``fedlda``);
-- ``meta``: JSON (UTF-8 bytes as a ``uint8`` array; the arrays are not compressed): the format version, the round, the run config, the vocabulary,
-  the vocabulary agreement (so a resume never runs it again, which would spend privacy
-  again), and the strategy's state (traffic per round, last applied round per node,
-  excluded nodes, method metrics, evaluations, and the method's own counters: the
-  privacy accounting).
+- ``meta``: JSON (UTF-8 bytes as a ``uint8`` array; the arrays are not compressed): the
+  format version, the round, the run config, the vocabulary, the vocabulary agreement (so
+  a resume never runs it again, which would spend privacy again), and the strategy's state
+  (traffic per round, last applied round per node, excluded nodes, method metrics,
+  evaluations, and the method's own counters: the privacy accounting).
 
 Before a round's messages go out, ``checkpoint-release.json`` records the round and the
 nodes it was sent to (atomically too). A resume that finds it one round past the
@@ -117,6 +117,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: The strategy's accumulators that grow by one entry a round (:func:`base_state`): a writer
+#: serializes each round's entry once and reuses it (see :class:`CheckpointWriter`).
+HISTORY_KEYS = ("traffic", "method_metrics", "evaluations")
+
+
 def _plain_entry(entry: Any) -> Any:
     """One history entry, JSON-ready (a :class:`~flower_topics.strategies.base.RoundTraffic` as its fields)."""
     return dataclasses.asdict(entry) if dataclasses.is_dataclass(entry) else _plain(entry)
@@ -137,8 +142,8 @@ def base_state(strategy: "TopicStrategy", history: bool = True) -> dict[str, Any
         "excluded": {str(n): str(why) for n, why in strategy.excluded.items()},
     }
     if history:
-        state.update({"traffic": {str(r): dataclasses.asdict(t) for r, t in strategy.traffic.items()},
-                      "method_metrics": _plain(strategy.method_metrics), "evaluations": _plain(strategy.evaluations)})
+        state.update({key: {str(r): _plain_entry(entry) for r, entry in getattr(strategy, key).items()}
+                      for key in HISTORY_KEYS})
     return state
 
 
@@ -286,11 +291,6 @@ def send_vocabulary(grid: Grid, vocabulary: Sequence[str], min_nodes: int, timeo
 
 
 # ---------------------------------------------------------------------------------------------- files
-#: The strategy's accumulators that grow by one entry a round (:func:`base_state`): a writer
-#: serializes each round's entry once and reuses it (see :class:`CheckpointWriter`).
-HISTORY_KEYS = ("traffic", "method_metrics", "evaluations")
-
-
 class CheckpointWriter:
     """Writes ``checkpoint.npz`` after every round of one run, in time that does not grow with the rounds.
 
@@ -298,10 +298,10 @@ class CheckpointWriter:
     agreement) is made once, and each round's entry of the strategy's history
     (:data:`HISTORY_KEYS`) once, when its round has passed: strategies write only the
     current round's entries, so an entry older than the newest is final (the two newest
-    are made again every time, to be safe), and the text of the final ones is kept joined. The text written is exactly ``json.dumps`` of
-    the whole state. The arrays are stored uncompressed: compressing a ``K x V`` matrix
-    every round cost more than the round's sampling (BBC, K=20), and the file is replaced
-    each round anyway.
+    are made again every time, to be safe), and the text of the final ones is kept joined.
+    The text written is exactly ``json.dumps`` of the whole state. The arrays are stored
+    uncompressed: compressing a ``K x V`` matrix every round cost more than the round's
+    sampling (BBC, K=20), and the file is replaced each round anyway.
 
     Parameters
     ----------
