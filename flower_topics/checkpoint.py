@@ -1,9 +1,14 @@
 """Checkpoint and resume a run: what the ServerApp writes every round, and how a run continues from it.
 
-After the vocabulary agreement (round 0) and after every round, the ServerApp replaces
-``checkpoint.npz`` in the run's output directory (a temporary file, then ``os.replace``: a
-crash leaves the previous checkpoint or the new one, never half of one). It holds, in one
-file so that its parts always belong to the same round:
+After the vocabulary agreement (round 0), after the last round, after every round of a
+method with a privacy mechanism, and otherwise after the first round that ends at least
+``checkpoint-interval`` seconds (default 10; 0: every round) after the last checkpoint, the
+ServerApp replaces ``checkpoint.npz`` in the run's output directory (a temporary file, then
+``os.replace``: a crash leaves the previous checkpoint or the new one, never half of one).
+A crash then costs at most the rounds since the last checkpoint: seconds of work for a
+method without privacy, and for a private one only the round the crash happened in (its
+release is spent: see below). It holds, in one file so that its parts always belong to the
+same round:
 
 - ``global/<key>``: the global arrays of the strategy after the round;
 - ``strategy/<key>``: the strategy's own arrays (e.g. ``ntm``'s optimizer moments, ``ftm``'s
@@ -14,11 +19,12 @@ file so that its parts always belong to the same round:
   (traffic per round, last applied round per node, excluded nodes, method metrics,
   evaluations, and the method's own counters: the privacy accounting).
 
-Before a round's messages go out, ``checkpoint-release.json`` records the round and the
-nodes it was sent to (atomically too). A resume that finds it one round past the
-checkpoint knows that this round was released and then lost to the crash, and counts it
-in the privacy report (:func:`resume_strategy`): a resumed run never reports less than
-what the parties released.
+Before a round's messages go out, a line of ``checkpoint-release.json`` (one JSON object a
+line, appended and flushed) records the round and the nodes it was sent to; the file is
+emptied after each checkpoint. A resume counts every line of a round past the checkpoint
+as a round that was released and then lost to the crash, in the privacy report
+(:func:`resume_strategy`): a resumed run never reports less than what the parties
+released.
 
 Node sampling needs no saved random state: every round draws from
 ``np.random.default_rng([seed, round])`` (:meth:`~flower_topics.strategies.base.TopicStrategy.sample_nodes`),
@@ -34,7 +40,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable
@@ -61,7 +66,7 @@ RELEASE_FILE = "checkpoint-release.json"
 GLOBAL_PREFIX = "global/"
 STRATEGY_PREFIX = "strategy/"
 #: Run-config keys a resume may change; any other change (method, data, vocabulary, privacy) is refused.
-RESUMABLE_KEYS = frozenset({"num-rounds", "output-dir", "resume", "verbose", "eval-every"})
+RESUMABLE_KEYS = frozenset({"num-rounds", "output-dir", "resume", "verbose", "eval-every", "checkpoint-interval"})
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -85,9 +90,9 @@ class Checkpoint:
         The strategy's own arrays.
     strategy_meta : dict
         The strategy's state that is not an array (JSON).
-    lost_release : dict or None
-        A round sent to the parties after this checkpoint and lost to a crash
-        (``{"round": r, "nodes": [...], "id": ..., ...}``), or None.
+    lost_releases : list of dict
+        The rounds sent to the parties after this checkpoint and lost to a crash, in
+        order (``{"round": r, "nodes": [...], "id": ..., ...}`` each).
     absorbed : list of str
         The ids of the lost releases this checkpoint's state already counts (a journal
         with one of them is not counted again).
@@ -100,7 +105,7 @@ class Checkpoint:
     global_arrays: dict[str, np.ndarray]
     strategy_arrays: dict[str, np.ndarray] = field(default_factory=dict)
     strategy_meta: dict[str, Any] = field(default_factory=dict)
-    lost_release: dict[str, Any] | None = None
+    lost_releases: list[dict[str, Any]] = field(default_factory=list)
     absorbed: list[str] = field(default_factory=list)
 
 
@@ -224,13 +229,13 @@ def count_lost_release(strategy: "TopicStrategy", release: Mapping[str, Any]) ->
 def resume_strategy(strategy: "TopicStrategy", checkpoint: Checkpoint) -> None:
     """Bring a freshly built strategy to the checkpoint's state, ready for round ``checkpoint.round + 1``.
 
-    Restores the state, counts a release lost to the crash, then calls the strategy's
+    Restores the state, counts the releases lost to the crash, then calls the strategy's
     ``on_resume(global_arrays)`` where it has one (what a method does because the parties
     of a new Flower run start without their ``context.state``; see the README).
     """
     load_strategy_state(strategy, checkpoint.strategy_arrays, checkpoint.strategy_meta)
-    if checkpoint.lost_release is not None:
-        count_lost_release(strategy, checkpoint.lost_release)
+    for release in checkpoint.lost_releases:
+        count_lost_release(strategy, release)
     hook = getattr(strategy, "on_resume", None)
     if hook is not None:
         hook(dict(checkpoint.global_arrays))
@@ -292,7 +297,7 @@ def send_vocabulary(grid: Grid, vocabulary: Sequence[str], min_nodes: int, timeo
 
 # ---------------------------------------------------------------------------------------------- files
 class CheckpointWriter:
-    """Writes ``checkpoint.npz`` after every round of one run, in time that does not grow with the rounds.
+    """Writes ``checkpoint.npz`` of one run when it is due (:meth:`due`), in time that does not grow with the rounds.
 
     The JSON of what does not change during a run (the run config, the vocabulary, the
     agreement) is made once, and each round's entry of the strategy's history
@@ -314,8 +319,15 @@ class CheckpointWriter:
     """
 
     def __init__(self, directory: str | os.PathLike[str], config: Mapping[str, Any], agreement: "Agreement") -> None:
+        from flower_topics.methods import get_method
+
         self.path = Path(directory) / CHECKPOINT_FILE
+        self._releases = Path(directory) / RELEASE_FILE
         self._method = str(config["method"])
+        self._last_round = int(config["num-rounds"])
+        #: seconds between checkpoints; 0 for a private method, whose lost round would cost privacy budget
+        self.interval = 0.0 if get_method(self._method).private else float(config["checkpoint-interval"])
+        self._saved_at = time.monotonic()
         self._static = {"config": json.dumps(_plain(dict(config))), "vocabulary": json.dumps(list(agreement.vocabulary)),
                         "agreement": json.dumps(agreement_state(agreement))}
         self._frozen: dict[str, tuple[list[int], str]] = {key: ([], "") for key in HISTORY_KEYS}
@@ -335,9 +347,16 @@ class CheckpointWriter:
         self._frozen[key] = (frozen_keys, frozen_text)
         return "{" + ", ".join(filter(None, [frozen_text, *parts])) + "}"
 
+    def due(self, server_round: int) -> bool:
+        """Whether the state after ``server_round`` is to be checkpointed: the last round, every round with
+        interval 0, else the first round ending ``interval`` seconds or more after the last checkpoint."""
+        return (self.interval <= 0 or server_round >= self._last_round
+                or time.monotonic() - self._saved_at >= self.interval)
+
     def save(self, server_round: int, strategy: "TopicStrategy", arrays: ArrayRecord,
              absorbed: Sequence[str] = ()) -> Path:
-        """Write the state after ``server_round`` (atomically: temp file + ``os.replace``).
+        """Write the state after ``server_round`` (atomically: temp file + ``os.replace``), then empty the
+        release journal (``checkpoint-release.json``: its rounds are in the checkpoint now).
 
         ``absorbed``: the ids of lost releases (``checkpoint-release.json``) the strategy's state counts already.
         """
@@ -354,24 +373,49 @@ class CheckpointWriter:
         payload: dict[str, np.ndarray] = {"meta": np.frombuffer(text.encode("utf-8"), dtype=np.uint8)}
         payload.update({GLOBAL_PREFIX + k: np.asarray(a.numpy()) for k, a in arrays.items()})
         payload.update({STRATEGY_PREFIX + k: np.asarray(v) for k, v in own_arrays.items()})
-        return save_npz(self.path, compress=False, **payload)
+        path = save_npz(self.path, compress=False, **payload)
+        self._saved_at = time.monotonic()
+        if self._releases.is_file() and self._releases.stat().st_size:
+            self._releases.write_bytes(b"")  # a crash before this leaves lines of rounds <= the checkpoint's: ignored
+        return path
 
 
 def write_release(directory: str | os.PathLike[str], server_round: int, nodes: Sequence[int],
                   extra: Mapping[str, Any] | None = None) -> Path:
-    """Record, before a round's messages go out, that round ``server_round`` is released to ``nodes``."""
+    """Record, before a round's messages go out, that round ``server_round`` is released to ``nodes``: one line
+    appended to ``checkpoint-release.json`` in one write (a crash during it happens before the messages go out)."""
     path = Path(directory) / RELEASE_FILE
-    body = json.dumps({"round": int(server_round), "nodes": [int(n) for n in nodes], "id": uuid.uuid4().hex,
-                       **_plain(dict(extra or {}))})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-release-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    line = json.dumps({"round": int(server_round), "nodes": [int(n) for n in nodes], "id": uuid.uuid4().hex,
+                       **_plain(dict(extra or {}))}) + "\n"
+    with open(path, "ab") as fh:
+        fh.write(line.encode("utf-8"))
     return path
+
+
+def read_releases(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a release journal, in order.
+
+    A last line without its newline counts when it is whole JSON (the one record of a journal an
+    older version wrote); one a crash cut short (before the round's messages went out) does not
+    parse and is left out. Any other unreadable line is an error.
+
+    Raises
+    ------
+    UserInputError
+        One line: the journal is not readable.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_bytes().split(b"\n")
+        records = [json.loads(line) for line in lines[:-1] if line.strip()]  # lines[-1]: after the last newline
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"resume: {path} is not readable ({exc})") from None
+    if lines[-1].strip():
+        try:
+            records.append(json.loads(lines[-1]))
+        except ValueError:
+            pass
+    return records
 
 
 def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
@@ -404,12 +448,9 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
                             strategy_meta=dict(meta["strategy"]), absorbed=list(meta.get("absorbed", [])))
     release = directory / RELEASE_FILE
     if release.is_file():
-        try:
-            record = json.loads(release.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UserInputError(f"resume: {release} is not readable ({exc})") from None
-        if int(record.get("round", 0)) > checkpoint.round and record.get("id") not in checkpoint.absorbed:
-            checkpoint.lost_release = record
+        checkpoint.lost_releases = [record for record in read_releases(release)
+                                    if int(record.get("round", 0)) > checkpoint.round
+                                    and record.get("id") not in checkpoint.absorbed]
     return checkpoint
 
 
@@ -452,7 +493,7 @@ class RoundOffset(Strategy):
     inner strategy round ``r + offset`` for the loop's round ``r``, so round numbers in
     ``metrics.jsonl``, the node-sampling seeds ``[seed, round]``, ``server-round`` in every
     message and the privacy counts continue where the checkpoint stopped. Before each
-    round's messages go out it writes ``checkpoint-release.json`` (see the module docstring).
+    round's messages go out it appends the round to ``checkpoint-release.json`` (see the module docstring).
     With ``offset=0`` it is a transparent wrapper.
 
     Parameters

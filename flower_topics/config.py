@@ -58,7 +58,7 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         ),
         "resume": Option(
             "", "output directory of an interrupted (or finished) run to continue from its last complete round: its "
-            "checkpoint.npz; only num-rounds, output-dir, verbose and eval-every may differ ('' = a new run)"
+            "checkpoint.npz; only num-rounds, output-dir, verbose, eval-every and checkpoint-interval may differ ('' = a new run)"
         ),
         # --- data
         "dataset": Option(
@@ -117,6 +117,10 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "min-replies": Option(1.0, "valid replies a round needs to change the model: a count >= 1, or a fraction "
                               "in (0, 1) of the nodes sampled (else the model is kept)", _count_or_fraction),
         "round-timeout": Option(600.0, "seconds to wait for the replies of one round", positive),
+        "checkpoint-interval": Option(10.0, "seconds between checkpoints (checkpoint.npz) of a method without a "
+                                      "privacy mechanism; 0 = after every round. The agreement, the last round "
+                                      "and every round of a private method are always checkpointed",
+                                      at_least(0)),
         "secure-aggregation": Option(False, "the server learns only the sum of each round's updates (SecAgg on "
                                      "Flower's message API; the DP noise is then shared among the parties); methods "
                                      "that support it: docs/secure-aggregation.md"),

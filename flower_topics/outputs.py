@@ -169,12 +169,9 @@ def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[fl
     ``privacy`` (epsilon spent so far and per round) when the run has a privacy mechanism.
 
     Each figure's title names the metric and ``label`` (the run); rounds are whole numbers on
-    the x axis. The caller saves and closes each figure.
+    the x axis. The figures are matplotlib `Figure`s outside pyplot: the caller saves them.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no backend, no global figure list (and 0.5 s less import)
     from matplotlib.ticker import MaxNLocator
 
     def finish(fig: Any, ax: Any, title: str) -> Any:
@@ -191,13 +188,15 @@ def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[fl
             continue
         rounds, values = zip(*points)
         title, ylabel = METRIC_LABELS.get(key, (key, key))
-        fig, ax = plt.subplots(figsize=size)
+        fig = Figure(figsize=size)
+        ax = fig.subplots()
         ax.plot(rounds, values, marker="o" if len(points) < 30 else None)
         ax.set_ylabel(ylabel)
         yield key, finish(fig, ax, title)
     rounds, total, per_round, unit = privacy_points(list(rows))
     if rounds:
-        fig, ax = plt.subplots(figsize=size)
+        fig = Figure(figsize=size)
+        ax = fig.subplots()
         ax.plot(rounds, total, marker="o" if len(rounds) < 30 else None, label="spent so far")
         ax.plot(rounds, per_round, linestyle="--", label="spent in the round")
         ax.set_ylabel(f"epsilon per {unit}" if unit and unit != "none" else "epsilon")
@@ -214,13 +213,10 @@ def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathL
     list of Path
         The PNG files written.
     """
-    import matplotlib.pyplot as plt
-
     written = []
     for name, fig in metric_figures(read_metrics(metrics_path), run_label(directory)):
         out = Path(directory) / f"{name}.png"
         fig.savefig(out, dpi=100)
-        plt.close(fig)
         written.append(out)
     return written
 

@@ -8,6 +8,7 @@ to ``metrics.jsonl``; at the end the model, its top words and the plots are writ
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Mapping, Sequence
 
@@ -15,7 +16,6 @@ import numpy as np
 
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
-from flwr.superlink.grid.http_grid import HttpGrid
 
 from flower_topics import console
 from flower_topics.agreement import Agreement, agree_vocabulary
@@ -159,8 +159,8 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
 
     Stages: the vocabulary agreement (:func:`~flower_topics.agreement.agree_vocabulary`),
     the method's rounds (its strategy from the registry), federated evaluation every
-    ``eval-every`` rounds, and the outputs. After the agreement and after every round the
-    run's state goes to ``output-dir/checkpoint.npz``; with ``resume`` set to an interrupted
+    ``eval-every`` rounds, and the outputs. After the agreement, after the last round and when
+    due (``checkpoint-interval``) the run's state goes to ``output-dir/checkpoint.npz``; with ``resume`` set to an interrupted
     run's output directory the run continues from its last complete round, without a new
     agreement (:mod:`flower_topics.checkpoint`).
 
@@ -197,8 +197,8 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     else:
         resume_strategy(strategy, checkpoint)
         initial = array_record(checkpoint.global_arrays)
-        absorbed = [*checkpoint.absorbed, *([checkpoint.lost_release["id"]] if checkpoint.lost_release else [])]
-        # the lost release is in the state now: a crash before the next round's checkpoint must not lose it
+        absorbed = [*checkpoint.absorbed, *(release["id"] for release in checkpoint.lost_releases)]
+        # the lost releases are in the state now: a crash before the next round's checkpoint must not lose them
         checkpoints.save(start_round, strategy, initial, absorbed)
         restored = time.time() - started
         strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
@@ -210,7 +210,8 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         console.say("flower-topics: resumed %s after round %d of %d (checkpoint restored in %.2f s, parties "
                     "ready after %.2f s)%s", config["resume"], checkpoint.round, int(config["num-rounds"]),
                     restored, recorder.resume_seconds,
-                    "; a round released after it was lost is counted" if checkpoint.lost_release else "")
+                    f"; {len(checkpoint.lost_releases)} round(s) released after it and lost are counted"
+                    if checkpoint.lost_releases else "")
     console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
                 config["method"], int(config["num-topics"]), int(config["num-rounds"]), data,
                 len(agreement.vocabulary), agreement.mode, agreement.nodes)
@@ -219,7 +220,8 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
 
     def record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         metrics = recorder(server_round, arrays)
-        checkpoints.save(server_round, strategy, arrays, absorbed)
+        if checkpoints.due(server_round):
+            checkpoints.save(server_round, strategy, arrays, absorbed)
         latest[0] = arrays
         return metrics
 
@@ -246,7 +248,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
             "wall_time": time.time() - recorder.started,
             "engine": "flower",
             **({} if checkpoint is None else {"resumed": {
-                "from": str(config["resume"]), "after_round": start_round, "lost_release": checkpoint.lost_release,
+                "from": str(config["resume"]), "after_round": start_round, "lost_releases": checkpoint.lost_releases,
                 "seconds_to_restore": recorder.restore_seconds, "seconds_to_resume": recorder.resume_seconds}}),
         },
     )
@@ -298,7 +300,10 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         raw = context.run_config if run_config is None else run_config
         console.install(verbose=str(raw.get("verbose", "false")).lower() in ("true", "1"))
-        if isinstance(grid, HttpGrid):  # Flower's grid pulls replies every 3 s: every exchange would wait for it
+        # Flower's HttpGrid pulls replies every 3 s: every exchange would wait for it (its module, 0.9 s to
+        # import, is loaded only where Flower made one)
+        http_grid = sys.modules.get("flwr.superlink.grid.http_grid")
+        if http_grid is not None and isinstance(grid, http_grid.HttpGrid):
             grid = PromptGrid(grid)
         try:
             run_server(grid, raw)

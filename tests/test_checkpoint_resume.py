@@ -1,6 +1,7 @@
 """Checkpoint and resume (flower_topics.checkpoint): exact for lda, every method survives a crash, changes refused.
 
-A run writes ``checkpoint.npz`` after its vocabulary agreement and after every round, and
+A run writes ``checkpoint.npz`` after its vocabulary agreement and after every round (these
+tests set ``checkpoint-interval=0``, except those of the interval), and appends a line to
 ``checkpoint-release.json`` before a round's messages go out. These tests stop runs at a
 chosen point (an exception where the ServerApp would die; and once a real ``flower-topics
 simulate`` process killed by its PID) and resume them with ``resume=<output-dir>``.
@@ -55,7 +56,8 @@ class CrashingGrid(InProcessGrid):
 
 
 def _config(method: str, out: Path, **extra) -> dict:
-    return {**TINY, "method": method, **NEEDS.get(method, {}), "output-dir": str(out), **extra}
+    return {**TINY, "method": method, **NEEDS.get(method, {}), "output-dir": str(out), "checkpoint-interval": 0.0,
+            **extra}
 
 
 def _grid(config, crash_round=0, nodes=2) -> InProcessGrid:
@@ -132,7 +134,7 @@ def test_every_method_survives_a_crash_and_counts_every_release(method, tmp_path
     with pytest.raises(Crash):
         run_server(_grid(config, crash_round=3), config)
     checkpoint = load_checkpoint(tmp_path / "run")
-    assert checkpoint.round == 2 and checkpoint.lost_release["round"] == 3
+    assert checkpoint.round == 2 and [r["round"] for r in checkpoint.lost_releases] == [3]
     assert not (tmp_path / "run" / "model.npz").exists()
     started = time.time()
     model = run_server(_grid(config), {**config, "resume": str(tmp_path / "run")})
@@ -149,6 +151,73 @@ def test_every_method_survives_a_crash_and_counts_every_release(method, tmp_path
     if reference["epsilon"] is not None:
         assert report["epsilon"] >= reference["epsilon"] - 1e-9
     assert model.metadata["resumed"]["seconds_to_resume"] < seconds
+
+
+def test_lda_checkpointed_by_time_counts_every_round_released_since_its_checkpoint(tmp_path):
+    """checkpoint-interval longer than the run: only round 0 is checkpointed before the crash in round 4, so
+    the journal holds rounds 1-4, all four count as released, and the resumed run counts every token once."""
+    from flower_topics.client_app import agreed_documents, data_config
+
+    config = _config("lda", tmp_path / "run", **{"num-rounds": 5, "checkpoint-interval": 3600.0})
+    with pytest.raises(Crash):
+        run_server(_grid(config, crash_round=4), config)
+    checkpoint = load_checkpoint(tmp_path / "run")
+    assert checkpoint.round == 0 and [r["round"] for r in checkpoint.lost_releases] == [1, 2, 3, 4]
+    assert len((tmp_path / "run" / RELEASE_FILE).read_text().splitlines()) == 4
+    grid = _grid(config)
+    model = run_server(grid, {**config, "resume": str(tmp_path / "run")})
+    assert load_checkpoint(tmp_path / "run").round == 5  # the last round is always checkpointed
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]  # the lines of rounds 1-3 after the checkpoint: redone
+    assert rows[-1]["privacy"]["rounds"] == 5 + 4 and model.metadata["resumed"]["after_round"] == 0
+    assert [r["round"] for r in model.metadata["resumed"]["lost_releases"]] == [1, 2, 3, 4]
+    counts = _state(tmp_path / "run")["topic-word-counts"]
+    training = [agreed_documents(grid.contexts[n], data_config(config)).training for n in grid.contexts]
+    np.testing.assert_array_equal(counts.sum(axis=0), sum(np.bincount(t.tokens, minlength=counts.shape[1])
+                                                          for t in training))
+
+
+def test_a_private_method_is_checkpointed_every_round_whatever_the_interval(tmp_path):
+    """A lost round of a private method costs privacy budget: its rounds are all checkpointed."""
+    config = _config("fedlda", tmp_path / "run", **{"num-rounds": 4, "checkpoint-interval": 3600.0})
+    with pytest.raises(Crash):
+        run_server(_grid(config, crash_round=3), config)
+    checkpoint = load_checkpoint(tmp_path / "run")
+    assert checkpoint.round == 2 and [r["round"] for r in checkpoint.lost_releases] == [3]
+
+
+def test_the_writer_is_due_after_the_interval_and_at_the_last_round(monkeypatch, tmp_path):
+    import flower_topics.checkpoint as checkpoint_module
+    from flower_topics.agreement import Agreement
+
+    clock = [100.0]
+    monkeypatch.setattr(checkpoint_module.time, "monotonic", lambda: clock[0])
+    config = {"method": "lda", "num-rounds": 50, "checkpoint-interval": 10.0, "seed": 0}
+    agreement = Agreement(vocabulary=("a", "b"), mode="file", nodes=1, bytes_sent=0, bytes_received=0, seconds=0.0)
+    writer = CheckpointWriter(tmp_path, config, agreement)
+    clock[0] = 109.9
+    assert not writer.due(7)
+    clock[0] = 110.0
+    assert writer.due(8) and writer.due(50)
+    assert CheckpointWriter(tmp_path, {**config, "checkpoint-interval": 0.0}, agreement).due(1)
+    assert CheckpointWriter(tmp_path, {**config, "method": "dplda"}, agreement).interval == 0.0
+
+
+def test_the_release_journal_skips_a_cut_short_last_line_and_refuses_a_broken_one(tmp_path):
+    from flower_topics.checkpoint import read_releases, write_release
+
+    path = tmp_path / RELEASE_FILE
+    write_release(tmp_path, 1, [101, 102])
+    write_release(tmp_path, 2, [101], {"realized_delta": 0.5})
+    assert [(r["round"], r["nodes"]) for r in read_releases(path)] == [(1, [101, 102]), (2, [101])]
+    with open(path, "ab") as fh:
+        fh.write(b'{"round": 3, "no')  # a crash during the append: round 3's messages never went out
+    assert [r["round"] for r in read_releases(path)] == [1, 2]
+    path.write_text(json.dumps({"round": 4, "nodes": [7], "id": "x"}))  # an older version's one record, no newline
+    assert [r["round"] for r in read_releases(path)] == [4]
+    path.write_text('{"round": 1}\nnot json\n{"round": 2}\n')
+    with pytest.raises(UserInputError, match="is not readable"):
+        read_releases(path)
 
 
 @pytest.mark.parametrize("change, what", [
@@ -193,7 +262,7 @@ def test_the_checkpoint_is_one_npz_without_pickle_and_written_every_round(tmp_pa
         assert meta["round"] == 2 and meta["config"]["num-rounds"] == 2 and meta["vocabulary"]
         assert any(k.startswith("strategy/ntm-optimizer-") for k in data.files)  # Adam's moments
         assert any(k.startswith("global/") for k in data.files)
-    assert json.loads((tmp_path / "run" / RELEASE_FILE).read_text())["round"] == 2
+    assert (tmp_path / "run" / RELEASE_FILE).read_text() == ""  # round 2 is in the checkpoint: the journal is emptied
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
@@ -264,7 +333,7 @@ def test_a_killed_serverapp_process_resumes_from_its_last_checkpoint(tmp_path):
               "--set", "synthetic-nodes=2", "--set", "synthetic-vocab-size=40", "--set", "synthetic-topics=4",
               "--set", "synthetic-shared-topics=2", "--set", "synthetic-docs-per-node=20",
               "--set", "synthetic-doc-min-length=15", "--set", "synthetic-doc-max-length=20",
-              "--set", "eval-iterations=20", "--set", "lda.local-sweeps=300"]
+              "--set", "eval-iterations=20", "--set", "lda.local-sweeps=300", "--set", "checkpoint-interval=0"]
     command = [sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--rounds", "8", *common]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

@@ -174,10 +174,11 @@ def federation(tmp_path_factory) -> Iterator[Federation]:
 
 
 def _released_round(out: Path) -> int:
-    """The last round whose training messages went out (``checkpoint-release.json``), 0 before round 1."""
+    """The last round whose training messages went out (the last line of ``checkpoint-release.json``, which
+    the next checkpoint empties), 0 before round 1 and while it is empty."""
     try:
-        return int(json.loads((out / "checkpoint-release.json").read_text())["round"])
-    except (OSError, ValueError, KeyError):
+        return int(json.loads((out / "checkpoint-release.json").read_text().splitlines()[-1])["round"])
+    except (OSError, ValueError, KeyError, IndexError):
         return 0
 
 
@@ -278,13 +279,16 @@ def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_
     message (``restored this party's state``), learns from ``last-applied-round`` (1) that its round-2 reply never
     arrived, rolls its topic assignments back to round 1's, and sends its change from there: by round 5 all three
     parties' replies are applied, and the final global counts hold exactly the three parties' training tokens
-    (their column sums are the parties' word counts): no token lost, none counted twice.
+    (their column sums are the parties' word counts): no token lost, none counted twice. ``min-nodes=3`` makes a
+    round wait for the restarted node once the SuperLink lists the killed one offline (without it, on a loaded
+    machine the run could finish its 5 rounds before the restarted node was up).
     """
     fed = federation
     fed.settle()
     started = time.monotonic()
     out = tmp_path / "run"
-    config = {**COMMON, "method": "lda", "num-rounds": 5, "round-timeout": ROUND_TIMEOUT, "output-dir": str(out)}
+    config = {**COMMON, "method": "lda", "num-rounds": 5, "round-timeout": ROUND_TIMEOUT, "output-dir": str(out),
+              "min-nodes": PARTIES}
     run_id = submit(ROOT, fed.home, [_run_config(config)])
     victim = 1
     _wait_until(fed, run_id, lambda: _released_round(out) >= 2, RUN_TIMEOUT, "round 2's training messages")

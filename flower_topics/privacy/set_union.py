@@ -99,9 +99,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import brentq
-from scipy.special import log_ndtr, ndtr
-from scipy.stats import norm
+from scipy.special import log_ndtr, ndtr, ndtri
 
 Noise = Literal["gaussian", "laplace"]
 
@@ -232,6 +230,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     """
     if not epsilon > 0 or not 0 < delta < 1 or not sensitivity > 0:
         raise ValueError("need epsilon > 0, 0 < delta < 1, sensitivity > 0")
+    from scipy.optimize import brentq  # here: scipy.optimize takes 0.3 s to import, and few runs need it
 
     def excess(log_s: float) -> float:
         return analytic_gaussian_delta(math.exp(log_s), epsilon, 1.0) - delta
@@ -302,7 +301,7 @@ def calibrate(epsilon: float, delta: float, max_words_per_document: int,
     p = single_document_release_probability(delta, delta0, noise)  # tail mass allowed per new word
     if noise == "gaussian":
         sigma = analytic_gaussian_sigma(epsilon, delta / 2.0, math.sqrt(delta0))
-        return sigma, 1.0 + sigma * float(norm.isf(p))  # isf(p) = Phi^{-1}(1 - p), accurate for tiny p
+        return sigma, 1.0 + sigma * float(-ndtri(p))  # -Phi^{-1}(p) = Phi^{-1}(1 - p), accurate for tiny p
     b = delta0 / epsilon
     if p > 0.5:
         raise ValueError("delta too large for the Laplace threshold (needs rho >= 1)")
