@@ -13,14 +13,14 @@ the libraries every Python process maps, counted once):
 
 Without ``--parties`` (one party, the centralized code path):
 
-1. ``flower-topics simulate --method lda --mode centralized`` for ``--rounds`` rounds of one
-   sweep, at the default evaluation cadence (``eval-every``);
+1. ``flower-topics simulate --method lda --mode centralized`` for ``--rounds`` sweeps (rounds of
+   ``--sweeps-per-round`` sweeps, default 1), at the default evaluation cadence (``eval-every``);
 2. the same with federated evaluation off (``federated-eval=false``): the difference is
    what scoring costs;
 3. ``benchmarks/tomotopy_lda.py`` for as many iterations (one worker).
 
 With ``--parties N``: ``flower-topics simulate --method lda --mode federated --clients N``
-(Flower's simulation engine) with federated evaluation off, then tomotopy on the pooled
+(Flower's simulation engine, or ``--engine inprocess``: every party in one process) with federated evaluation off, then tomotopy on the pooled
 training documents for as many iterations. ``--corpus-cache`` sets
 ``FLOWER_TOPICS_CACHE_DIR`` for our run (default: a fresh empty folder, so that the run
 preprocesses the corpus itself, as a first run does).
@@ -135,7 +135,12 @@ def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> Timing:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
-    parser.add_argument("--rounds", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=1000,
+                        help="sweeps of ours (rounds x --sweeps-per-round) and tomotopy's iterations")
+    parser.add_argument("--sweeps-per-round", type=int, default=1,
+                        help="centralized: lda.local-sweeps of our run, which then has rounds / this many rounds")
+    parser.add_argument("--engine", choices=("flower", "inprocess"), default="flower",
+                        help="with --parties: where our run's SuperNodes run (simulate --engine)")
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--parties", type=int, default=0, help="federated run of this many parties (0: centralized)")
     parser.add_argument("--corpus-cache", default="", help="FLOWER_TOPICS_CACHE_DIR of our run (default: fresh)")
@@ -148,6 +153,8 @@ def main() -> None:
                              "(best and median reported)")
     parser.add_argument("--out", default="runs/bench-run-cost")
     args = parser.parse_args()
+    if args.sweeps_per_round < 1 or args.rounds % args.sweeps_per_round:
+        parser.error("--rounds must be a multiple of --sweeps-per-round")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cli = str(Path(sys.executable).with_name("flower-topics"))
@@ -160,12 +167,12 @@ def main() -> None:
             evaluation = [] if args.federated_eval else ["--set", "federated-eval=false"]
             ours = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
                           str(args.parties), "--topics", str(args.topics), "--rounds", str(args.rounds),
-                          "--out", f"{tmp}/federated", *evaluation], cache)
+                          "--engine", args.engine, "--out", f"{tmp}/federated", *evaluation], cache)
             tomotopy = timed(tomotopy_cmd)
             rows = [json.loads(line) for line in Path(f"{tmp}/federated/metrics.jsonl").read_text().splitlines()]
             per_round = np.diff([float(r["wall_time"]) for r in rows])  # rounds 2.. (round 1 holds the start-up)
             result = {"dataset": args.dataset, "parties": args.parties, "rounds": args.rounds, "topics": args.topics,
-                      "federated_eval": args.federated_eval,
+                      "engine": args.engine, "federated_eval": args.federated_eval,
                       "evaluations": sum(1 for r in rows if "perplexity" in r),
                       "ours_seconds": round(ours.seconds, 1), "ours_peak_mib": round(ours.peak / mib),
                       "tomotopy_seconds": round(tomotopy.seconds, 1), "tomotopy_peak_mib": round(tomotopy.peak / mib),
@@ -188,7 +195,8 @@ def main() -> None:
                         result[f"{name}_npmi"] = round(float(metrics["npmi"]), 4)
         else:
             common = [cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients", "1", "--topics",
-                      str(args.topics), "--rounds", str(args.rounds), "--mode", "centralized"]
+                      str(args.topics), "--rounds", str(args.rounds // args.sweeps_per_round), "--mode", "centralized",
+                      "--set", f"lda.local-sweeps={args.sweeps_per_round}"]
             runs: dict[str, list[Timing]] = {"ours": [], "ours_without_evaluation": [], "tomotopy": []}
             for repeat in range(args.repeats):  # alternating, so that the machine's load hits all three alike
                 runs["ours"].append(timed([*common, "--out", f"{tmp}/eval-{repeat}"]))
@@ -200,7 +208,8 @@ def main() -> None:
             best = {name: min(t.seconds for t in timings) for name, timings in runs.items()}
             median = {name: float(np.median([t.seconds for t in timings])) for name, timings in runs.items()}
             cpu = {name: min(t.cpu for t in timings) for name, timings in runs.items()}
-            result = {"dataset": args.dataset, "rounds": args.rounds, "topics": args.topics, "repeats": args.repeats,
+            result = {"dataset": args.dataset, "sweeps": args.rounds, "sweeps_per_round": args.sweeps_per_round,
+                      "topics": args.topics, "repeats": args.repeats,
                       **{f"{name}_seconds_best": round(v, 1) for name, v in best.items()},
                       **{f"{name}_seconds_median": round(v, 1) for name, v in median.items()},
                       **{f"{name}_cpu_seconds_best": round(v, 1) for name, v in cpu.items()},

@@ -18,7 +18,7 @@ import numpy as np
 from flower_topics.config import PARTITION_SCHEMES, parse_assignments
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
-from flower_topics.simulations.runner import MODES
+from flower_topics.simulations.runner import ENGINES, MODES
 
 
 class _Given(argparse.Action):
@@ -52,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0, action=_Given)
     sim.add_argument("--mode", choices=MODES, default="federated",
                      help="federated (default: Flower's simulation engine through flwr run), centralized or local")
+    sim.add_argument("--engine", choices=ENGINES, default="flower",
+                     help="federated mode: where the SuperNodes run: flower (Flower's simulation engine, the "
+                          "default) or inprocess (every party's ClientApp in this process, one after another: "
+                          "the same messages, no SuperLink or Ray, a fraction of the memory)")
     sim.add_argument("--out", help="output directory (must not hold a run yet; required unless --resume, which "
                      "continues in the resumed directory by default)")
     sim.add_argument("--resume", metavar="DIR",
@@ -134,7 +138,10 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UserInputError(f"simulate needs {', '.join(missing)} (or --resume DIR to continue a run)")
         run_config = {**overrides, **{k: defaults()[k] if v is None else v for k, v in dedicated.items()}}
         out = args.out
-    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out)
+    if args.engine != "flower" and args.mode != "federated":
+        raise UserInputError("--engine chooses where a federated run's SuperNodes run; the centralized and local "
+                             "modes always run in this process")
+    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine)
     print((Path(out) / "results.md").read_text(encoding="utf-8"), end="")
     return 0 if rows else 1
 

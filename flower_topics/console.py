@@ -2,10 +2,12 @@
 
 Everything the ServerApp says goes through Flower's logger (``flwr``), because that is
 what ``flwr run --stream`` and ``flwr log`` show from a ServerApp process. By default
-(run config ``verbose=false``) a filter on that logger lets through only this module's
-lines (marked) and warnings or errors; Flower's own INFO and DEBUG lines (the strategy's
-banner, ``configure_train``, every aggregated record, the final dump of every round's
-records) are dropped. ``verbose=true`` (``flower-topics simulate --verbose``) keeps them.
+(run config ``verbose=false``) only this module's lines (marked) and warnings or errors
+are shown: the logger's level is WARNING, so Flower's own INFO and DEBUG lines (the
+strategy's banner, ``configure_train``, every aggregated record, the final dump of every
+round's records: about 30 a round) are dropped before a record is even made, and this
+module hands its lines to the logger's handlers directly. ``verbose=true``
+(``flower-topics simulate --verbose``) keeps everything (level DEBUG, Flower's default).
 
 After a :class:`~flower_topics.errors.UserInputError` has been said in one line, Flower's
 own report of the same exception (a traceback and an exit-code help text) is dropped too,
@@ -54,7 +56,7 @@ class _Forward(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno >= WARNING or _FILTER.verbose:
-            FLOWER_LOGGER.log(record.levelno, "%s", record.getMessage(), extra={MARK: True})
+            say("%s", record.getMessage(), level=record.levelno)
 
 
 _FILTER = _ConsoleFilter()
@@ -68,6 +70,7 @@ def install(verbose: bool) -> None:
     """
     _FILTER.verbose = bool(verbose)
     _FILTER.user_error = False
+    FLOWER_LOGGER.setLevel(logging.DEBUG if verbose else WARNING)
     if _FILTER not in FLOWER_LOGGER.filters:
         FLOWER_LOGGER.addFilter(_FILTER)
     # Flower's logger has its own console handler; a root handler some library installs (a basicConfig on
@@ -81,8 +84,10 @@ def install(verbose: bool) -> None:
 
 
 def say(message: str, *args: Any, level: int = INFO) -> None:
-    """One console line (shown whatever the verbosity)."""
-    FLOWER_LOGGER.log(level, message, *args, extra={MARK: True})
+    """One console line (shown whatever the verbosity: handed to the logger's filters and handlers past
+    its level, which keeps Flower's own INFO lines out unless verbose)."""
+    FLOWER_LOGGER.handle(FLOWER_LOGGER.makeRecord(FLOWER_LOGGER.name, level, __file__, 0, message, args, None,
+                                                  extra={MARK: True}))
 
 
 def user_error(message: str) -> None:

@@ -118,6 +118,7 @@ def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
         (["--set", "num-topics=3"], "duplicates a dedicated option"),
         (["--partition", "sizes", "--set", "partition-sizes=0.5,0.6"], "sum"),
         (["--method", "nope"], "unknown method 'nope'; registered: lda, fedlda, pctd"),
+        (["--engine", "inprocess"], "--engine chooses where a federated run's SuperNodes run"),
     ],
 )
 def test_simulate_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, argv, fragment):

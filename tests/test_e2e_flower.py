@@ -82,10 +82,21 @@ def test_simulation_engine_federated_run(tmp_path):
     from flower_topics.simulations import simulate
 
     out = tmp_path / "sim"
-    rows = simulate({**SMALL, "num-rounds": 3, "lda.local-sweeps": 2}, mode="federated", num_clients=2, out_dir=out)
+    config = {**SMALL, "num-rounds": 3, "lda.local-sweeps": 2}
+    rows = simulate(config, mode="federated", num_clients=2, out_dir=out)
     assert rows[0]["mode"] == "federated" and rows[0]["perplexity"] > 0
     _check_outputs(out, 3)
     assert (out / "results.md").exists() and (out / "results.csv").exists()
+    # the same federation with every SuperNode's ClientApp in this process: the same model, count for count
+    simulate(config, mode="federated", num_clients=2, out_dir=tmp_path / "inprocess", engine="inprocess")
+    _check_outputs(tmp_path / "inprocess", 3)
+    with np.load(out / "state.npz") as flower, np.load(tmp_path / "inprocess" / "state.npz") as here:
+        assert flower.files == here.files
+        for key in flower.files:
+            np.testing.assert_array_equal(flower[key], here[key], err_msg=key)
+    flower_rows, here_rows = read_metrics(out / "metrics.jsonl"), read_metrics(tmp_path / "inprocess" / "metrics.jsonl")
+    assert [r["bytes_sent"] for r in flower_rows] == [r["bytes_sent"] for r in here_rows]
+    assert flower_rows[-1]["perplexity"] == pytest.approx(here_rows[-1]["perplexity"], rel=1e-9)
 
 
 

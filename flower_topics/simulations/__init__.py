@@ -1,5 +1,5 @@
 """Experiment runners: federated vs centralized vs single-party training."""
 
-from flower_topics.simulations.runner import MODES, TABLE_COLUMNS, simulate, write_results_table
+from flower_topics.simulations.runner import ENGINES, MODES, TABLE_COLUMNS, simulate, write_results_table
 
-__all__ = ["MODES", "TABLE_COLUMNS", "simulate", "write_results_table"]
+__all__ = ["ENGINES", "MODES", "TABLE_COLUMNS", "simulate", "write_results_table"]

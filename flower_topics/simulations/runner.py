@@ -1,13 +1,16 @@
 """Run one method three ways on the same partitions, to compare them.
 
-- ``federated``: Flower's simulation engine, one SuperNode per partition.
+- ``federated``: one SuperNode per partition, on Flower's simulation engine (``engine="flower"``,
+  the default) or in this process (``engine="inprocess"``, below).
 - ``centralized``: the method itself with one party holding all training documents.
 - ``local``: the method on each partition alone (non-collaborative), one model each.
 
-The centralized and local modes run the ServerApp's :func:`~flower_topics.server_app.run_server`
-and the package's ClientApp in this process (:class:`~flower_topics.simulations.inprocess.InProcessGrid`)
-with a single node: the same code path as the federation, for every registered method, so
-that each paper's single-party baseline is one command. Every mode writes the run-output contract (model.npz, topics.txt, metrics.jsonl,
+The centralized and local modes, and the federated mode with ``engine="inprocess"``, run the
+ServerApp's :func:`~flower_topics.server_app.run_server` and the package's ClientApp in this
+process (:class:`~flower_topics.simulations.inprocess.InProcessGrid`): the same messages,
+strategy and ClientApp as a federation, for every registered method, so that each paper's
+single-party baseline is one command, and a federation fits in one process (no SuperLink,
+no Ray: the parties answer one after another, in a fraction of the memory). Every mode writes the run-output contract (model.npz, topics.txt, metrics.jsonl,
 plots) and is scored by the same :func:`flower_topics.scoring.score`; a results
 table (``results.csv`` and ``results.md``) summarizes the final models.
 """
@@ -29,6 +32,8 @@ from flower_topics.outputs import RunOutputs, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
 
 MODES = ("federated", "centralized", "local")
+#: Where the federated mode's SuperNodes run: Flower's simulation engine, or this process.
+ENGINES = ("flower", "inprocess")
 #: (Ray 2.55.1, which flwr 1.41 pins and the simulation engine runs on, binds its own gRPC servers on all
 #: interfaces whatever node address it is given: see docs/real-hosts.md.)
 TABLE_COLUMNS = (
@@ -40,7 +45,7 @@ logger = logging.getLogger("flower_topics")
 
 
 def simulate(
-    run_config: Mapping[str, Any], *, mode: str, num_clients: int, out_dir: str | Path
+    run_config: Mapping[str, Any], *, mode: str, num_clients: int, out_dir: str | Path, engine: str = "flower"
 ) -> list[dict[str, Any]]:
     """Train a method federated, centralized or per client, and tabulate the results.
 
@@ -55,6 +60,10 @@ def simulate(
         Number of partitions (SuperNodes); the same partitions in every mode.
     out_dir : str or Path
         Output directory; ``local`` writes one subfolder per client.
+    engine : {"flower", "inprocess"}
+        Federated mode: Flower's simulation engine through ``flwr run`` (default), or every
+        SuperNode's ClientApp in this process (see the module docstring). The other modes
+        always run in this process.
 
     Returns
     -------
@@ -63,22 +72,27 @@ def simulate(
     """
     if mode not in MODES:
         raise UserInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if engine not in ENGINES:
+        raise UserInputError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     if num_clients < 1:
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
     # validates first; each share's size only, so that this process does not hold the corpus during the run
     shares = [_training_size(simulated_share(config, i, num_clients).corpus) for i in range(num_clients)]
-    if mode == "federated":
+    if mode == "federated" and engine == "flower":
         rows = [_federated(config, num_clients, out_dir, shares)]
+    elif mode == "federated":
+        rows = [_in_process(config, [{"partition-id": i, "num-partitions": num_clients} for i in range(num_clients)],
+                            shares, out_dir, mode, "federated")]
     elif mode == "centralized":
         pooled = {**config, "partition": "iid", "partition-sizes": "", "label-groups": ""}
-        rows = [_single_party(pooled, {"partition-id": 0, "num-partitions": 1},
-                              _training_size(simulated_share(pooled, 0, 1).corpus), out_dir, mode, "centralized")]
+        rows = [_in_process(pooled, [{"partition-id": 0, "num-partitions": 1}],
+                            [_training_size(simulated_share(pooled, 0, 1).corpus)], out_dir, mode, "centralized")]
     else:
         rows = [
-            _single_party(config, {"partition-id": i, "num-partitions": num_clients}, share,
-                          out_dir / f"client-{i}", mode, f"client-{i}")
+            _in_process(config, [{"partition-id": i, "num-partitions": num_clients}], [share],
+                        out_dir / f"client-{i}", mode, f"client-{i}")
             for i, share in enumerate(shares)
         ]
     write_results_table(out_dir, rows)
@@ -139,17 +153,19 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: 
     return _row("federated", "federated", shares, out_dir, time.time() - started, model)
 
 
-def _single_party(config: Mapping[str, Any], node_config: Mapping[str, Any], size: tuple[int, int], out_dir: Path,
-                  mode: str, name: str) -> dict[str, Any]:
-    """The method on one in-process node (its training documents and tokens: ``size``), written to ``out_dir``."""
+def _in_process(config: Mapping[str, Any], node_configs: list[dict[str, Any]], sizes: list[tuple[int, int]],
+                out_dir: Path, mode: str, name: str) -> dict[str, Any]:
+    """The method on in-process nodes (one per node config; their training documents and tokens: ``sizes``),
+    written to ``out_dir``."""
     from flower_topics.client_app import make_client_app
     from flower_topics.server_app import run_server
 
     run_config = {**config, "output-dir": str(out_dir)}
     started = time.time()
-    model = run_server(InProcessGrid(make_client_app(run_config), [node_config], run_config), run_config)
-    logger.info("%s %s: %d documents, %d rounds", mode, name, size[0], int(config["num-rounds"]))
-    return _row(mode, name, [size], out_dir, time.time() - started, model)
+    model = run_server(InProcessGrid(make_client_app(run_config), node_configs, run_config), run_config)
+    logger.info("%s %s: %d documents, %d rounds", mode, name, sum(size[0] for size in sizes),
+                int(config["num-rounds"]))
+    return _row(mode, name, sizes, out_dir, time.time() - started, model)
 
 
 def _training_size(share: Corpus) -> tuple[int, int]:
