@@ -179,7 +179,7 @@ def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[fl
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        fig.tight_layout()
+        fig.subplots_adjust(left=0.16, right=0.97, bottom=0.14, top=0.85)  # fixed: tight_layout took 65 ms a figure
         return fig
 
     for key in PLOTTED:
@@ -216,7 +216,7 @@ def plot_metrics(metrics_path: str | os.PathLike[str], directory: str | os.PathL
     written = []
     for name, fig in metric_figures(read_metrics(metrics_path), run_label(directory)):
         out = Path(directory) / f"{name}.png"
-        fig.savefig(out, dpi=100)
+        fig.savefig(out, dpi=100, pil_kwargs={"compress_level": 1})  # a plot compresses well at any level
         written.append(out)
     return written
 
