@@ -72,6 +72,9 @@ def main() -> None:
                         "aggregator, what secure aggregation would give 5 parties)")
     parser.add_argument("--no-lda", action="store_true", help="reuse the lda row of an earlier results.csv in --out")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra dplda run-config keys")
+    parser.add_argument("--tag", default="", help="suffix of the dplda run folders and the results files, so that "
+                        "runs with other --set keys in the same --out keep the earlier ones (lda is still read "
+                        "from results.csv with --no-lda)")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out = Path(args.out)
@@ -91,14 +94,17 @@ def main() -> None:
                      **score(model, args.dataset, vocabulary)})
     print(rows[-1], flush=True)
     extra = dict(item.split("=", 1) for item in args.set)
-    for eps in args.epsilons:
+    tag = f"-{args.tag}" if args.tag else ""
+    for i, eps in enumerate(args.epsilons):
         config = {**base, "method": "dplda", "num-rounds": args.rounds, "dplda.epsilon": eps,
                   "dplda.delta": args.delta, "dplda.sample-rate": args.sample_rate, **extra}
-        name = f"dplda-eps{eps:g}" + (f"-{args.parties}parties" if args.parties != PARTIES else "")
+        name = f"dplda-eps{eps:g}" + (f"-{args.parties}parties" if args.parties != PARTIES else "") + tag
+        repeat = args.epsilons[:i].count(eps)  # an epsilon listed again: a repeat (its noise is fresh)
+        name += f"-{repeat + 1}" if repeat else ""
         model, wall = train(config, out / name, args.parties)
         report = model.metadata["privacy"]
         rows.append({"method": "dplda", "parties": args.parties, "epsilon": round(report["epsilon"], 3),
-                     "rounds": args.rounds,
+                     "rounds": args.rounds, "settings": " ".join(args.set),
                      "wall_s": round(wall, 1), "noise_multiplier": round(report["noise_multiplier"], 3),
                      **score(model, args.dataset, vocabulary)})
         print(rows[-1], flush=True)
@@ -107,7 +113,7 @@ def main() -> None:
         row["perplexity_vs_lda"] = round(row["perplexity"] / reference["perplexity"] - 1, 3)
         row["npmi_vs_lda"] = round(row["npmi"] - reference["npmi"], 3)
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    suffix = "" if args.parties == PARTIES else f"-{args.parties}parties"
+    suffix = ("" if args.parties == PARTIES else f"-{args.parties}parties") + tag
     with (out / f"results{suffix}.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
