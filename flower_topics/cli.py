@@ -138,9 +138,6 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UserInputError(f"simulate needs {', '.join(missing)} (or --resume DIR to continue a run)")
         run_config = {**overrides, **{k: defaults()[k] if v is None else v for k, v in dedicated.items()}}
         out = args.out
-    if args.engine != "flower" and args.mode != "federated":
-        raise UserInputError("--engine chooses where a federated run's SuperNodes run; the centralized and local "
-                             "modes always run in this process")
     rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine)
     print((Path(out) / "results.md").read_text(encoding="utf-8"), end="")
     return 0 if rows else 1

@@ -74,6 +74,9 @@ def simulate(
         raise UserInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if engine not in ENGINES:
         raise UserInputError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine != "flower" and mode != "federated":
+        raise UserInputError("--engine chooses where a federated run's SuperNodes run; the centralized and local "
+                             "modes always run in this process")
     if num_clients < 1:
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
