@@ -88,6 +88,11 @@ class AgreedDocuments:
     training: Corpus
     heldout: Corpus
 
+    @functools.cached_property
+    def scorer(self) -> evaluation.PartyScorer:
+        """Federated evaluation's scorer of these documents (prepared at its first message, then kept)."""
+        return evaluation.PartyScorer(self.training, self.heldout)
+
 
 _AGREED: dict[tuple[Any, ...], AgreedDocuments] = {}
 
@@ -293,7 +298,7 @@ def accept_vocabulary(msg: Message, context: Context, config: Mapping[str, Any])
 def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """Federated evaluation: this party's sums over its own documents (:mod:`flower_topics.evaluation`)."""
     documents = agreed_documents(context, config, str(msg.content[CONFIG]["vocabulary"]))
-    sums = evaluation.party_scores(msg.content, documents.training, documents.heldout)
+    sums = documents.scorer.scores(msg.content)
     return Message(content=sums, reply_to=msg)
 
 

@@ -42,22 +42,22 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
-from flower_topics.metrics.coherence import coherence_word_ids
+from flower_topics.metrics.coherence import coherence_word_ids, document_presence, presence_cooccurrence
 from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.federated import (
     Cooccurrence,
     HeldOut,
     coherence_from_counts,
-    cooccurrence,
-    heldout_loglik,
     label_contingency,
     nmi_purity_from_contingency,
 )
 from flower_topics.metrics.inference import infer_theta
+from flower_topics.metrics.perplexity import CompletionHalves, completion_halves
 from flower_topics.wire.agreement import join_words, split_words
 from flower_topics.wire.protocol import (
     ARRAYS,
@@ -189,9 +189,10 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     if not np.issubdtype(phi.dtype, np.floating):
         raise UserInputError(f"the evaluate message's model is of dtype {phi.dtype}, not a float topic-word matrix")
     phi = np.ascontiguousarray(phi, dtype=np.float64)
-    if not np.isfinite(phi).all():
+    smallest, largest = phi.min(), phi.max()  # reductions, no temporaries: a NaN shows in both
+    if not (np.isfinite(smallest) and np.isfinite(largest)):
         raise UserInputError("the evaluate message's model has entries that are not finite")
-    if (phi < 0).any():
+    if smallest < 0:
         raise UserInputError("the evaluate message's model has negative entries")
     error = float(np.abs(phi.sum(axis=1) - 1.0).max())
     if error > ROW_SUM_TOLERANCE:
@@ -200,39 +201,69 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     return phi
 
 
-def party_scores(content: RecordDict, training: Corpus, heldout: Corpus) -> RecordDict:
-    """A party's sums for an ``evaluate`` message (see the module docstring).
+class PartyScorer:
+    """A party's documents, prepared once for all of its evaluations.
 
-    The model is checked first (:func:`received_model`); the co-document counts are those of
-    its own top words (:func:`~flower_topics.metrics.coherence.coherence_word_ids`), never of
-    words the server names.
+    The completion halves of its held-out documents (per public seed) and which training
+    documents hold each word are computed at the first ``evaluate`` message and kept: each
+    later message only folds in the model and counts its top words' documents.
 
-    Raises
-    ------
-    UserInputError
-        For a message that is not an honest ``evaluate`` request (:func:`received_model`).
+    Parameters
+    ----------
+    training : Corpus
+        The party's training documents (the coherence reference), over the agreed vocabulary.
+    heldout : Corpus
+        Its held-out documents, over the same vocabulary.
     """
-    config = content[CONFIG]
-    phi = received_model(content, training.n_words)
-    _, word_ids = coherence_word_ids(phi, 10)
-    alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
-    held = heldout_loglik(phi, heldout, alpha=alpha, n_iter=n_iter, seed=seed)
-    co = cooccurrence(training, word_ids)
-    arrays = {DOC_FREQ: co.doc_freq, CO_DOC_FREQ: co.co_doc_freq}
-    names: list[str] = []
-    if bool(config["labels"]) and heldout.labels is not None:
-        names = sorted({str(x) for x in heldout.labels})
-        theta = infer_theta(phi, heldout, alpha=alpha, n_iter=n_iter)
-        arrays[CONTINGENCY] = label_contingency(theta, heldout.labels, phi.shape[0], names)
-    else:
-        arrays[CONTINGENCY] = np.zeros((phi.shape[0], 0), dtype=np.int64)
-    return RecordDict({
-        UPDATE: ArrayRecord({k: Array(np.asarray(v)) for k, v in arrays.items()}),
-        METRICS: MetricRecord({"neg-loglik": -float(held.loglik), "n-tokens": held.n_tokens, "n-oov": held.n_oov,
-                               "n-docs": co.n_docs}),
-        SENDER: ConfigRecord({"method": METHOD}),
-        CONFIG: ConfigRecord({LABELS: join_words(names)}),
-    })
+
+    def __init__(self, training: Corpus, heldout: Corpus) -> None:
+        self.training = training
+        self.heldout = heldout
+        self._halves: dict[int, CompletionHalves] = {}
+        self._presence: sp.csr_matrix | None = None
+
+    def scores(self, content: RecordDict) -> RecordDict:
+        """The party's sums for an ``evaluate`` message (see the module docstring).
+
+        The model is checked first (:func:`received_model`); the co-document counts are those of
+        its own top words (:func:`~flower_topics.metrics.coherence.coherence_word_ids`), never of
+        words the server names.
+
+        Raises
+        ------
+        UserInputError
+            For a message that is not an honest ``evaluate`` request (:func:`received_model`).
+        """
+        config = content[CONFIG]
+        phi = received_model(content, self.training.n_words)
+        _, word_ids = coherence_word_ids(phi, 10)
+        alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
+        if seed not in self._halves:
+            self._halves[seed] = completion_halves(self.heldout, seed=seed)
+        held = self._halves[seed].loglik(phi, alpha=alpha, n_iter=n_iter)
+        if self._presence is None:
+            self._presence = document_presence(self.training)
+        co_doc_freq = presence_cooccurrence(self._presence, word_ids)
+        arrays = {DOC_FREQ: np.diag(co_doc_freq).copy(), CO_DOC_FREQ: co_doc_freq}
+        names: list[str] = []
+        if bool(config["labels"]) and self.heldout.labels is not None:
+            names = sorted({str(x) for x in self.heldout.labels})
+            theta = infer_theta(phi, self.heldout, alpha=alpha, n_iter=n_iter)
+            arrays[CONTINGENCY] = label_contingency(theta, self.heldout.labels, phi.shape[0], names)
+        else:
+            arrays[CONTINGENCY] = np.zeros((phi.shape[0], 0), dtype=np.int64)
+        return RecordDict({
+            UPDATE: ArrayRecord({k: Array(np.asarray(v)) for k, v in arrays.items()}),
+            METRICS: MetricRecord({"neg-loglik": -float(held.loglik), "n-tokens": held.n_eval_tokens, "n-oov": 0,
+                                   "n-docs": self.training.n_docs}),
+            SENDER: ConfigRecord({"method": METHOD}),
+            CONFIG: ConfigRecord({LABELS: join_words(names)}),
+        })
+
+
+def party_scores(content: RecordDict, training: Corpus, heldout: Corpus) -> RecordDict:
+    """One ``evaluate`` message's sums (:meth:`PartyScorer.scores`), preparing the documents for it alone."""
+    return PartyScorer(training, heldout).scores(content)
 
 
 def reply_spec(n_topics: int, n_words: int) -> ReplySpec:

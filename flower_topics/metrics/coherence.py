@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.metrics.inference import check_topic_word, top_word_indices
@@ -79,22 +80,63 @@ def cooccurrence_counts(reference: Corpus, word_ids: np.ndarray) -> np.ndarray:
     ValueError
         If ``word_ids`` repeats a word or holds an id outside ``[0, V)``.
     """
-    word_ids = np.asarray(word_ids, dtype=np.int64).ravel()
-    if word_ids.size and (word_ids.min() < 0 or word_ids.max() >= reference.n_words):
-        raise ValueError(f"word ids must lie in [0, {reference.n_words})")
-    if np.unique(word_ids).size != word_ids.size:
-        raise ValueError("word ids must be distinct")
-    column = np.full(reference.n_words, -1, dtype=np.int64)
-    column[word_ids] = np.arange(word_ids.size)
-    mapped = column[reference.tokens]
-    keep = mapped >= 0
+    return presence_cooccurrence(document_presence(reference), word_ids)
+
+
+def document_presence(reference: Corpus) -> sp.csr_matrix:
+    """The distinct words of each document: the ``(n_docs, V)`` 0/1 matrix (int32), by rows, sorted.
+
+    Built once, it gives :func:`presence_cooccurrence` of any set of words without another pass
+    over the tokens (a party scores a new set of top words at every evaluation).
+    """
     presence = sp.csr_matrix(
-        (np.ones(int(keep.sum()), dtype=np.int64), (reference.doc_ids[keep], mapped[keep])),
-        shape=(reference.n_docs, word_ids.size),
+        (np.ones(reference.n_tokens, dtype=np.int32), (reference.doc_ids, reference.tokens)),
+        shape=(reference.n_docs, reference.n_words),
     )
     presence.sum_duplicates()
     presence.data[:] = 1
-    return np.asarray((presence.T @ presence).toarray(), dtype=np.int64)
+    return presence
+
+
+def presence_cooccurrence(presence: sp.csr_matrix, word_ids: np.ndarray) -> np.ndarray:
+    """:func:`cooccurrence_counts` from a :func:`document_presence` matrix.
+
+    Raises
+    ------
+    ValueError
+        If ``word_ids`` repeats a word or holds an id outside ``[0, V)``.
+    """
+    word_ids = np.asarray(word_ids, dtype=np.int64).ravel()
+    n_words = presence.shape[1]
+    if word_ids.size and (word_ids.min() < 0 or word_ids.max() >= n_words):
+        raise ValueError(f"word ids must lie in [0, {n_words})")
+    if np.unique(word_ids).size != word_ids.size:
+        raise ValueError("word ids must be distinct")
+    column = np.full(n_words, -1, dtype=np.int64)
+    column[word_ids] = np.arange(word_ids.size)
+    counts = np.zeros((word_ids.size, word_ids.size), dtype=np.int64)
+    _count_pairs(presence.indptr.astype(np.int64), presence.indices.astype(np.int64), column, counts)
+    return counts
+
+
+@njit(cache=True, nogil=True)
+def _count_pairs(indptr: np.ndarray, indices: np.ndarray, column: np.ndarray,
+                 counts: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Add 1 to ``counts[a, b]`` for every document holding the words of columns ``a`` and ``b`` (the
+    document's distinct words are ``indices[indptr[d]:indptr[d + 1]]``; ``column`` maps a word to its
+    column, -1 for words not counted)."""
+    found = np.empty(counts.shape[0], dtype=np.int64)
+    for d in range(indptr.size - 1):
+        n_found = 0
+        for j in range(indptr[d], indptr[d + 1]):
+            c = column[indices[j]]
+            if c >= 0:
+                found[n_found] = c
+                n_found += 1
+        for x in range(n_found):
+            a = found[x]
+            for y in range(n_found):
+                counts[a, found[y]] += 1
 
 
 def coherence_from_cooccurrence(

@@ -40,7 +40,7 @@ def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.n
     phi = np.ascontiguousarray(topic_word, dtype=np.float64)
     if phi.ndim != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
         raise ValueError(f"topic_word must be a non-empty (K, V) matrix, got shape {phi.shape}")
-    if not np.all(np.isfinite(phi)) or np.any(phi < 0):
+    if not (phi.min() >= 0 and np.isfinite(phi.max())):  # two passes, no temporaries; a NaN fails the first
         raise ValueError("topic_word must be finite and non-negative")
     if n_words is not None and phi.shape[1] != n_words:
         raise ValueError(
@@ -213,7 +213,8 @@ def infer_theta(
     return fold_in(phi, counts, alpha=alpha, n_iter=n_iter)
 
 
-def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int) -> np.ndarray:
+def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int,
+            phi_t: np.ndarray | None = None) -> np.ndarray:
     """The EM of :func:`infer_theta` on a ``(D, V)`` sparse count matrix.
 
     Parameters
@@ -226,6 +227,8 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
         Symmetric pseudo-count, ``>= 0``.
     n_iter : int
         Number of EM iterations, ``>= 0``.
+    phi_t : np.ndarray, optional
+        ``phi.T`` as a C-contiguous array, when the caller has made it (else made here).
 
     Returns
     -------
@@ -240,7 +243,7 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
     counts.sum_duplicates()
     theta = np.empty((counts.shape[0], phi.shape[0]))
     _fold_in_kernel(counts.indptr.astype(np.int64), counts.indices.astype(np.int64), counts.data,
-                    np.ascontiguousarray(phi.T), float(alpha), int(n_iter), theta)
+                    np.ascontiguousarray(phi.T) if phi_t is None else phi_t, float(alpha), int(n_iter), theta)
     return theta
 
 

@@ -133,6 +133,67 @@ class CompletionLogLikelihood:
     n_docs: int
 
 
+@dataclass(frozen=True)
+class CompletionHalves:
+    """A corpus split for document completion once, for scoring any number of models on it.
+
+    Built by :func:`completion_halves`; :meth:`loglik` scores a model.
+
+    Parameters
+    ----------
+    observed : scipy.sparse.csr_matrix
+        ``(n_docs, V)`` float64 counts of each scored document's observed half (duplicates summed).
+    held_doc, held_word : np.ndarray
+        Document and word id of every held-out token.
+    n_docs : int
+        Number of documents scored (those with at least 2 tokens).
+    """
+
+    observed: sp.csr_matrix
+    held_doc: np.ndarray
+    held_word: np.ndarray
+    n_docs: int
+
+    def loglik(self, topic_word: np.ndarray, *, alpha: float = 0.01, n_iter: int = 100) -> CompletionLogLikelihood:
+        """The sums of :func:`completion_loglik` for ``topic_word`` (``(K, V)``, rows summing to 1)."""
+        phi = check_topic_word(topic_word, self.observed.shape[1])
+        phi_t = np.ascontiguousarray(phi.T)  # rows gathered by word, in the fold-in and here
+        theta = fold_in(phi, self.observed, alpha=alpha, n_iter=n_iter, phi_t=phi_t)
+        p_w = np.einsum("nk,nk->n", theta[self.held_doc], phi_t[self.held_word])
+        with np.errstate(divide="ignore"):
+            log_likelihood = float(np.log(p_w).sum())
+        return CompletionLogLikelihood(loglik=log_likelihood, n_eval_tokens=int(self.held_word.size),
+                                       n_docs=self.n_docs)
+
+
+def completion_halves(corpus: Corpus, *, seed: int = 0) -> CompletionHalves:
+    """``corpus`` split into observed and held-out halves (:func:`completion_split`); documents with fewer
+    than 2 tokens are left out.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        Documents over the model vocabulary (:func:`align_corpus`).
+    seed : int, default 0
+        Seed of the split into halves.
+
+    Returns
+    -------
+    CompletionHalves
+    """
+    scored_docs = corpus.doc_lengths >= 2
+    doc_ids = corpus.doc_ids
+    scored = scored_docs[doc_ids]
+    observed = completion_split(corpus, seed=seed) & scored
+    held_out = ~observed & scored
+    first_half = sp.csr_matrix(
+        (np.ones(int(observed.sum())), (doc_ids[observed], corpus.tokens[observed])),
+        shape=(corpus.n_docs, corpus.n_words),
+    )
+    first_half.sum_duplicates()
+    return CompletionHalves(first_half, doc_ids[held_out], corpus.tokens[held_out], int(scored_docs.sum()))
+
+
 def completion_loglik(
     topic_word: np.ndarray, corpus: Corpus, *, seed: int = 0, alpha: float = 0.01, n_iter: int = 100
 ) -> CompletionLogLikelihood:
@@ -142,7 +203,9 @@ def completion_loglik(
     split (:func:`completion_split`) and the fold-in (one theta per document) treat
     every document on its own, the sums over disjoint sets of documents add up to
     the sums over their union, up to floating-point summation order. Documents with
-    fewer than 2 tokens are skipped; with none left, the sums are 0.
+    fewer than 2 tokens are skipped; with none left, the sums are 0. To score many
+    models on the same documents, split them once (:func:`completion_halves`) and call
+    :meth:`CompletionHalves.loglik`: the same sums.
 
     Parameters
     ----------
@@ -161,23 +224,8 @@ def completion_loglik(
     -------
     CompletionLogLikelihood
     """
-    phi = check_topic_word(topic_word, corpus.n_words)
-    scored_docs = corpus.doc_lengths >= 2
-    doc_ids = corpus.doc_ids
-    scored = scored_docs[doc_ids]
-    observed = completion_split(corpus, seed=seed) & scored
-    held_out = ~observed & scored
-    first_half = sp.csr_matrix(
-        (np.ones(int(observed.sum())), (doc_ids[observed], corpus.tokens[observed])),
-        shape=(corpus.n_docs, corpus.n_words),
-    )
-    theta = fold_in(phi, first_half, alpha=alpha, n_iter=n_iter)
-    p_w = np.einsum("nk,nk->n", theta[doc_ids[held_out]], phi.T[corpus.tokens[held_out]])
-    with np.errstate(divide="ignore"):
-        log_likelihood = float(np.log(p_w).sum())
-    return CompletionLogLikelihood(
-        loglik=log_likelihood, n_eval_tokens=int(held_out.sum()), n_docs=int(scored_docs.sum())
-    )
+    check_topic_word(topic_word, corpus.n_words)
+    return completion_halves(corpus, seed=seed).loglik(topic_word, alpha=alpha, n_iter=n_iter)
 
 
 def perplexity(
