@@ -239,3 +239,29 @@ def test_label_contingency_takes_theta_or_clusters_and_checks_labels() -> None:
         label_contingency(theta, ["x", "y", "w"], 2, names)
     with pytest.raises(ValueError):
         label_contingency(np.array([0, 2, 1]), ["x", "y", "z"], 2, names)
+
+
+# ---------------------------------------------------------------- party scorer
+def test_a_party_scorer_kept_across_evaluations_answers_as_a_fresh_one() -> None:
+    """The halves and word index a party keeps between ``evaluate`` messages change nothing: models,
+    seeds and the last round's label tables in any order give the sums of a scorer built for that message."""
+    from flower_topics import evaluation
+
+    config = SyntheticConfig(n_nodes=1, n_topics=5, n_shared_topics=5, vocab_size=120, docs_per_node=80)
+    corpus = ensure_split(make_synthetic_corpus(config, seed=8).corpus, seed=1)
+    training, heldout = corpus.select_split("train", "val"), corpus.select_split("test")
+    kept = evaluation.PartyScorer(training, heldout)
+    rng = np.random.default_rng(2)
+    for server_round, seed in ((1, 3), (2, 4), (3, 3), (4, 3)):
+        phi = rng.dirichlet(np.full(corpus.n_words, 0.2), size=5)
+        settings = evaluation.EvaluationSettings(every=1, num_rounds=4, seed=seed)
+        request = evaluation.request(phi, settings, "test", server_round)
+        again, fresh = kept.scores(request), evaluation.party_scores(request, training, heldout)
+        assert dict(again["metrics"]) == dict(fresh["metrics"])
+        assert again["config"][evaluation.LABELS] == fresh["config"][evaluation.LABELS]
+        for key in (evaluation.DOC_FREQ, evaluation.CO_DOC_FREQ, evaluation.CONTINGENCY):
+            np.testing.assert_array_equal(again["update"][key].numpy(), fresh["update"][key].numpy())
+        expected = heldout_loglik(phi, heldout, seed=seed)
+        assert -float(again["metrics"]["neg-loglik"]) == pytest.approx(expected.loglik, rel=REL)
+        labelled = again["update"][evaluation.CONTINGENCY].numpy().shape[1] > 0
+        assert labelled == (server_round == 4)  # the label table in the last round only
