@@ -20,7 +20,9 @@ Without ``--parties`` (one party, the centralized code path):
 3. ``benchmarks/tomotopy_lda.py`` for as many iterations (one worker).
 
 With ``--parties N``: ``flower-topics simulate --method lda --mode federated --clients N``
-(Flower's simulation engine, or ``--engine inprocess``: every party in one process) with federated evaluation off, then tomotopy on the pooled
+(Flower's simulation engine, or ``--engine inprocess``: every party in one process) with federated evaluation off
+(``--federated-eval``: on, at the default cadence; evaluation's share is then the evaluation rounds' time over
+the median plain round, summed, against the rounds' wall time), then tomotopy on the pooled
 training documents for as many iterations. ``--corpus-cache`` sets
 ``FLOWER_TOPICS_CACHE_DIR`` for our run (default: a fresh empty folder, so that the run
 preprocesses the corpus itself, as a first run does).
@@ -184,6 +186,11 @@ def main() -> None:
                       "ours_seconds_per_round_median": round(float(np.median(per_round)), 3) if per_round.size else None,
                       "ours_bytes_sent_per_round_median": int(np.median([r["bytes_sent"] for r in rows])),
                       "ours_bytes_received_per_round_median": int(np.median([r["bytes_received"] for r in rows]))}
+            if args.federated_eval and per_round.size:  # an evaluation round's time over a plain round's median
+                evaluated = np.array(["perplexity" in r for r in rows[1:]])
+                extra = float((per_round[evaluated] - np.median(per_round[~evaluated])).sum())
+                result.update(evaluation_seconds=round(extra, 1),
+                              evaluation_share=round(extra / float(rows[-1]["wall_time"]), 3))
             if args.quality:
                 for name, model in (("ours", f"{tmp}/federated/model.npz"), ("tomotopy", f"{tmp}/tomotopy/model.npz")):
                     for alpha in (0.01, 0.1):
