@@ -248,6 +248,14 @@ def test_perplexity_of_a_uniform_model_is_the_vocabulary_size() -> None:
     assert perplexity(np.full((4, 50), 1 / 50), corpus).perplexity == pytest.approx(50.0)
 
 
+def test_a_held_out_word_of_probability_zero_makes_the_perplexity_infinite() -> None:
+    # Topic 1 cannot emit "c": the document's observed half is all "a", its held-out half has a "c".
+    phi = np.array([[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]])
+    corpus = Corpus.from_documents([[0, 0, 0, 2]], ("a", "b", "c"))
+    seed = next(s for s in range(100) if list(corpus.tokens[~completion_split(corpus, seed=s)]) in ([0, 2], [2, 0]))
+    assert perplexity(phi, corpus, seed=seed, alpha=0.0).perplexity == math.inf
+
+
 def test_perplexity_needs_a_document_with_two_tokens() -> None:
     corpus = Corpus.from_documents([[0], []], ("a", "b"))
     with pytest.raises(ValueError):
