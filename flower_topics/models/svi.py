@@ -152,40 +152,54 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
 
 
 @njit(cache=True)
-def _digamma(x: float) -> float:  # pragma: no cover - numba
-    """psi(x) for x > 0: the recurrence up to x >= 6, then the asymptotic series (Abramowitz and Stegun 6.3.18)."""
+def _exp_digamma(x: float) -> float:  # pragma: no cover - numba
+    """``exp(psi(x))`` for x > 0: the recurrence up to ``y >= 6``, then the asymptotic series (Abramowitz and Stegun
+    6.3.18), ``psi(x) = log(y) + r``, returned as ``y exp(r)`` (one ``exp``, no ``log``)."""
     shift = 0.0
     while x < 6.0:
         shift -= 1.0 / x
         x += 1.0
     f = 1.0 / (x * x)
     series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
-    return shift + np.log(x) - 0.5 / x - series
+    return x * np.exp(shift - 0.5 / x - series)
 
 
 @njit(cache=True)
-def _responsibilities(start, end, indices, counts, beta_t, gamma, theta, entries_out, new, alpha):  # pragma: no cover
-    """``entries_out[j] = n_dw phi_dw`` at ``gamma`` for one document, and ``new = alpha + sum_w n_dw phi_dw``."""
-    n_topics = gamma.size
-    total = 0.0
+def _expected_theta(gamma, theta):  # pragma: no cover - numba
+    """``theta[k] = exp(E[log theta_k])`` under ``Dir(gamma)`` up to a common factor: ``exp(psi(gamma_k))``.
+
+    The factor ``exp(-psi(sum gamma))`` is left out: ``phi_dwk`` is normalized over ``k``, so it cancels in
+    every quantity the E-step computes.
+    """
+    for k in range(gamma.size):
+        theta[k] = _exp_digamma(gamma[k])
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
+def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha):  # pragma: no cover - numba
+    """``new = alpha + sum_w n_dw phi_dw`` at ``theta`` for one document, without forming ``phi``.
+
+    ``phi_dwk = theta_k beta_wk / norm_w`` with ``norm_w = sum_k theta_k beta_wk``, so
+    ``sum_w n_dw phi_dwk = theta_k sum_w (n_dw / norm_w) beta_wk``: one pass over the
+    document's words accumulates ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (Hoffman et al.'s
+    ``exp(E[log theta]) * (n / phinorm) . exp(E[log beta])``).
+    """
+    n_topics = theta.size
     for k in range(n_topics):
-        total += gamma[k]
-    psi_total = _digamma(total)
-    for k in range(n_topics):
-        theta[k] = np.exp(_digamma(gamma[k]) - psi_total)
-        new[k] = alpha
+        acc[k] = 0.0
     for j in range(start, end):
         w = indices[j]
         norm = 0.0
         for k in range(n_topics):
             norm += theta[k] * beta_t[w, k]
-        scale = counts[j] / norm
+        ratio = counts[j] / norm
         for k in range(n_topics):
-            entries_out[j, k] = scale * theta[k] * beta_t[w, k]
-            new[k] += entries_out[j, k]
+            acc[k] += ratio * beta_t[w, k]
+    for k in range(n_topics):
+        new[k] = alpha + theta[k] * acc[k]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"reassoc", "contract"})
 def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_out, entries_out):  # pragma: no cover
     """Hoffman et al.'s E-step, one document after the other (compiled).
 
@@ -193,10 +207,11 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_
     ``gamma = alpha + N_d / K``; update ``gamma <- alpha + sum_w n_dw phi_dw`` with
     ``phi_dwk ~ exp(E[log theta_dk]) exp(E[log beta_kw])`` at most ``max_iter`` times, stopping
     once the mean absolute change of its gamma is below ``tol``; then write its gamma and
-    ``n_dw phi_dwk`` at that gamma.
+    ``n_dw phi_dwk`` at that gamma (the only pass that forms ``phi``).
     """
     n_topics = beta_t.shape[1]
     theta = np.empty(n_topics)
+    acc = np.empty(n_topics)
     new = np.empty(n_topics)
     for d in range(indptr.size - 1):
         start, end = indptr[d], indptr[d + 1]
@@ -207,14 +222,23 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_
         for k in range(n_topics):
             gamma[k] = alpha + length / n_topics
         for _ in range(max_iter):
-            _responsibilities(start, end, indices, counts, beta_t, gamma, theta, entries_out, new, alpha)
+            _expected_theta(gamma, theta)
+            _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha)
             change = 0.0
             for k in range(n_topics):
                 change += abs(new[k] - gamma[k])
                 gamma[k] = new[k]
             if change / n_topics < tol:
                 break
-        _responsibilities(start, end, indices, counts, beta_t, gamma, theta, entries_out, new, alpha)
+        _expected_theta(gamma, theta)
+        for j in range(start, end):
+            w = indices[j]
+            norm = 0.0
+            for k in range(n_topics):
+                norm += theta[k] * beta_t[w, k]
+            scale = counts[j] / norm
+            for k in range(n_topics):
+                entries_out[j, k] = scale * theta[k] * beta_t[w, k]
 
 
 def document_counts(corpus: Corpus) -> sp.csr_matrix:
