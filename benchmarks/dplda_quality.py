@@ -56,6 +56,16 @@ def score(model, dataset: str, vocabulary: Path) -> dict[str, float]:
     return {"perplexity": ours["perplexity"], "perplexity_alpha0.1": standard["perplexity"], "npmi": ours["npmi"]}
 
 
+def earlier_lda_row(out: Path) -> dict[str, str]:
+    """The ``lda`` row of the newest ``results*.csv`` in ``out`` that has one (``--no-lda``)."""
+    for path in sorted(out.glob("results*.csv"), key=lambda p: p.stat().st_mtime, reverse=True):
+        with path.open() as fh:
+            row = next((row for row in csv.DictReader(fh) if row["method"] == "lda"), None)
+        if row is not None:
+            return row
+    raise SystemExit(f"--no-lda: no results*.csv with an lda row in {out}; run once without --no-lda first")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True)
@@ -70,11 +80,10 @@ def main() -> None:
     parser.add_argument("--parties", type=int, default=PARTIES,
                         help="dplda parties (1: one party holds every document, i.e. the noise of one trusted "
                         "aggregator, what secure aggregation would give 5 parties)")
-    parser.add_argument("--no-lda", action="store_true", help="reuse the lda row of an earlier results.csv in --out")
+    parser.add_argument("--no-lda", action="store_true", help="reuse the lda row of the newest results*.csv in --out")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra dplda run-config keys")
     parser.add_argument("--tag", default="", help="suffix of the dplda run folders and the results files, so that "
-                        "runs with other --set keys in the same --out keep the earlier ones (lda is still read "
-                        "from results.csv with --no-lda)")
+                        "runs with other --set keys in the same --out keep the earlier ones")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out = Path(args.out)
@@ -84,8 +93,7 @@ def main() -> None:
             "federated-eval": False, "seed": 0}
     rows = []
     if args.no_lda:
-        with (out / "results.csv").open() as fh:
-            lda = next(row for row in csv.DictReader(fh) if row["method"] == "lda")
+        lda = earlier_lda_row(out)
         rows.append({"method": "lda", "epsilon": "none", "rounds": int(lda["rounds"]), "wall_s": float(lda["wall_s"]),
                      **{k: float(lda[k]) for k in ("perplexity", "perplexity_alpha0.1", "npmi")}})
     else:
