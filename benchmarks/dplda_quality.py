@@ -145,15 +145,18 @@ def plot(rows: list[dict], path: Path, corpus: str, topics: int, parties: int) -
     import matplotlib.pyplot as plt
 
     private = [r for r in rows if r["method"] == "dplda"]
-    eps = [r["epsilon"] for r in private]
+    eps = sorted({round(float(r["epsilon"]), 2) for r in private})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, label in ((axes[0], "perplexity", "held-out perplexity (fold-in alpha 0.01)"),
                            (axes[1], "npmi", "NPMI (top 10 words)")):
-        ax.plot(eps, [r[key] for r in private], "o-", label="dplda")
+        runs = [[float(r[key]) for r in private if round(float(r["epsilon"]), 2) == e] for e in eps]
+        ax.plot(eps, [sum(v) / len(v) for v in runs], "-", color="C0", label="dplda (mean of the runs)")
+        ax.plot([e for e, v in zip(eps, runs) for _ in v], [x for v in runs for x in v], "o", color="C0",
+                label="dplda, one run")
         ax.axhline(rows[0][key], color="grey", linestyle="--", label="lda, no privacy")
         ax.set_xscale("log")
         ax.minorticks_off()
-        ax.set_xticks(eps, [f"{e:.3g}" for e in eps])
+        ax.set_xticks(eps, [f"{e:.2g}" for e in eps])
         ax.set_xlabel("whole-run epsilon per document (delta 1e-5)")
         ax.set_ylabel(label)
         ax.legend()

@@ -99,7 +99,7 @@ class DPLDA(TopicStrategy):
         Topic-word Dirichlet prior (the run config's ``beta``).
     tau0, kappa : float (default: 1.0, 0.7)
         Step size ``rho_t = (tau0 + t)^-kappa``.
-    threshold : float (default: 2.0)
+    threshold : float (default: 0.0)
         Post-processing threshold in standard deviations of the average's noise.
     background : float (default: 0.2)
         Share of each public topic's mass spread as the word-frequency background, in [0, 1).
@@ -113,7 +113,7 @@ class DPLDA(TopicStrategy):
     method = wire.METHOD
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.DPLDASettings, *, budget: Budget,
-                 eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 2.0,
+                 eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 0.0,
                  background: float = 0.2, init: str = "embedding", **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:

@@ -42,7 +42,7 @@ OPTIONS: Mapping[str, Option] = {
     "clip": Option(2.0, "C: each document's expected-count statistic is scaled to L2 norm at most C", positive),
     "tau0": Option(1.0, "step size rho_t = (tau0 + t)^-kappa: delay tau0", at_least(0)),
     "kappa": Option(0.7, "step size rho_t = (tau0 + t)^-kappa: forgetting rate kappa", in_range(0.5, 1)),
-    "threshold": Option(2.0, "post-processing: cells of the topics' running average below this many noise "
+    "threshold": Option(0.0, "post-processing: cells of the topics' running average below this many noise "
                         "standard deviations are set to 0 (0 = only negative cells)", at_least(0)),
     "background": Option(0.2, "post-processing: share of each topic's mass spread over the words as the private "
                          "word-frequency background (column sums of the average)", in_range(0, 1, high_open=True)),
