@@ -175,6 +175,15 @@ def _expected_theta(gamma, theta):  # pragma: no cover - numba
         theta[k] = _exp_digamma(gamma[k])
 
 
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _word_norm(theta, beta_t, w):  # pragma: no cover - numba
+    """``sum_k theta_k beta_wk``: the normalizer of word ``w``'s responsibilities."""
+    norm = 0.0
+    for k in range(theta.size):
+        norm += theta[k] * beta_t[w, k]
+    return norm
+
+
 @njit(cache=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
 def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha):  # pragma: no cover - numba
     """``new = alpha + sum_w n_dw phi_dw`` at ``theta`` for one document, without forming ``phi``.
@@ -189,10 +198,7 @@ def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha): 
         acc[k] = 0.0
     for j in range(start, end):
         w = indices[j]
-        norm = 0.0
-        for k in range(n_topics):
-            norm += theta[k] * beta_t[w, k]
-        ratio = counts[j] / norm
+        ratio = counts[j] / _word_norm(theta, beta_t, w)
         for k in range(n_topics):
             acc[k] += ratio * beta_t[w, k]
     for k in range(n_topics):
@@ -233,10 +239,7 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_
         _expected_theta(gamma, theta)
         for j in range(start, end):
             w = indices[j]
-            norm = 0.0
-            for k in range(n_topics):
-                norm += theta[k] * beta_t[w, k]
-            scale = counts[j] / norm
+            scale = counts[j] / _word_norm(theta, beta_t, w)
             for k in range(n_topics):
                 entries_out[j, k] = scale * theta[k] * beta_t[w, k]
 
