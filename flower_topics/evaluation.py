@@ -1,9 +1,18 @@
 """Federated evaluation: the parties score the global model on their own documents, the server sums.
 
 Every ``eval-every`` rounds (by default ten times a run; and the last round) the strategy sends each node that can take part
-an ``evaluate`` message with the global topic-word matrix only (float64, rows normalized,
-so the sums are exact). The party checks that it is a K x V topic-word matrix over the
-agreed vocabulary (finite, non-negative, each row summing to 1) and refuses it otherwise
+an ``evaluate`` message with the global model only, in one of two forms:
+
+- the topic-word matrix (float64, rows normalized, so the sums are exact; :data:`PHI_KEY`);
+- for a model that is integer topic-word counts and a prior (``lda``), those counts in their
+  smaller wire form (:mod:`flower_topics.wire.counts`, :data:`COUNTS_KEY`) with the prior and
+  the number of topics in the config: the party computes the same float64 matrix from them
+  (:func:`counts_phi`, bit for bit what the server scores), and the message is the size of the
+  counts' nonzero cells instead of ``8 K V`` bytes.
+
+The party checks that it is a K x V topic-word matrix over the agreed vocabulary (finite,
+non-negative, each row summing to 1; or non-negative integer counts with a positive prior and
+its own run's number of topics) and refuses it otherwise
 (a ``BAD_INPUT`` error reply of one line); it computes each topic's top-10 words itself
 (:func:`~flower_topics.metrics.coherence.coherence_word_ids`, as the server does), and
 refuses a message that names word ids of its own. Each party replies with sums over its own
@@ -58,6 +67,8 @@ from flower_topics.metrics.federated import (
 )
 from flower_topics.metrics.inference import infer_theta
 from flower_topics.metrics.perplexity import CompletionHalves, completion_halves
+from flower_topics.models.topic_word import normalize_rows
+from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.agreement import join_words, split_words
 from flower_topics.wire.protocol import (
     ARRAYS,
@@ -74,6 +85,14 @@ from flower_topics.wire.protocol import (
 MESSAGE_TYPE = str(MessageType.EVALUATE)
 METHOD = "evaluation"
 PHI_KEY = "topic-word"
+#: The counts form of the model (:func:`counts_request`): the two arrays of :func:`flower_topics.wire.counts.keys`.
+COUNTS_KEY = "topic-counts"
+#: Config keys of the counts form: the topic-word prior and the number of topics (rows of the counts).
+BETA = "model-beta"
+TOPICS = "model-topics"
+#: Most cells (topics x words) of a model a party builds from counts: the float64 matrix form is bounded by its
+#: message's size, the counts form (whose sparse form can be small for any K) by this, 2 GiB of float64.
+MAX_MODEL_CELLS = 1 << 28
 #: How far a row of the model a party is sent may sum from 1 (the server normalizes it in float64).
 ROW_SUM_TOLERANCE = 1e-6
 DOC_FREQ = "doc-freq"
@@ -141,13 +160,34 @@ def model_phi(topic_word: np.ndarray) -> np.ndarray:
     return phi / phi.sum(axis=1, keepdims=True)
 
 
+def counts_phi(counts: np.ndarray, beta: float) -> np.ndarray:
+    """The model of integer topic-word ``counts`` and prior ``beta``, as the parties and the server score it:
+    :func:`model_phi` of ``(n_kw + beta) / (n_k + V beta)``."""
+    return model_phi(normalize_rows(counts, beta))
+
+
+def _request_config(settings: EvaluationSettings, fingerprint: str, server_round: int) -> dict[str, Any]:
+    labels = settings.labels and server_round == settings.num_rounds
+    return {"eval-alpha": settings.alpha, "eval-iterations": settings.n_iter, "seed": settings.seed,
+            "labels": labels, "vocabulary": fingerprint}
+
+
 def request(topic_word: np.ndarray, settings: EvaluationSettings, fingerprint: str, server_round: int) -> RecordDict:
     """The content of an ``evaluate`` message: the model (:func:`model_phi`) and the settings, no word ids."""
-    labels = settings.labels and server_round == settings.num_rounds
     return RecordDict({
         ARRAYS: ArrayRecord({PHI_KEY: Array(model_phi(topic_word))}),
-        CONFIG: ConfigRecord({"eval-alpha": settings.alpha, "eval-iterations": settings.n_iter,
-                              "seed": settings.seed, "labels": labels, "vocabulary": fingerprint}),
+        CONFIG: ConfigRecord(_request_config(settings, fingerprint, server_round)),
+    })
+
+
+def counts_request(counts: np.ndarray, beta: float, settings: EvaluationSettings, fingerprint: str,
+                   server_round: int) -> RecordDict:
+    """An ``evaluate`` message whose model is integer ``counts`` (``K x V``) and prior ``beta``: the counts in their
+    smaller wire form, ``beta`` and ``K`` in the config; it stands for :func:`counts_phi` of them."""
+    return RecordDict({
+        ARRAYS: wire_counts.encode_record(np.asarray(counts), COUNTS_KEY),
+        CONFIG: ConfigRecord({**_request_config(settings, fingerprint, server_round), BETA: float(beta),
+                              TOPICS: int(counts.shape[0])}),
     })
 
 
@@ -171,13 +211,19 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     UserInputError
         One line, when the message carries arrays other than the model (word ids the server
         chose), or the model is not a K x V matrix over the agreed vocabulary that is finite,
-        non-negative and whose rows sum to 1 (within :data:`ROW_SUM_TOLERANCE`).
+        non-negative and whose rows sum to 1 (within :data:`ROW_SUM_TOLERANCE`), or not
+        non-negative integer counts of at most :data:`MAX_MODEL_CELLS` cells with a positive finite prior.
     """
     arrays = content[ARRAYS] if ARRAYS in content.array_records else ArrayRecord()
-    extra = sorted(set(arrays.keys()) - {PHI_KEY})
+    counts_keys = set(wire_counts.keys(COUNTS_KEY))
+    extra = sorted(set(arrays.keys()) - {PHI_KEY} - counts_keys)
     if extra:
         raise UserInputError(f"the evaluate message carries {', '.join(repr(k) for k in extra)} besides the model; a "
                              "party computes the top words itself from the model and answers nothing else")
+    if counts_keys & set(arrays.keys()):
+        if PHI_KEY in arrays:
+            raise UserInputError("the evaluate message carries the model twice (a matrix and counts)")
+        return _received_counts(content, arrays, n_words)
     if PHI_KEY not in arrays:
         raise UserInputError(f"the evaluate message has no model ('{PHI_KEY}')")
     phi = np.asarray(arrays[PHI_KEY].numpy())
@@ -199,6 +245,25 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
         raise UserInputError(f"the evaluate message's model rows do not sum to 1 (off by up to {error:.3g}): it is "
                              "not a topic-word matrix")
     return phi
+
+
+def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int) -> np.ndarray:
+    """:func:`counts_phi` of the counts form of an ``evaluate`` message, after checking it (see :func:`received_model`)."""
+    config = content[CONFIG] if CONFIG in content.config_records else ConfigRecord()
+    if BETA not in config or TOPICS not in config:
+        raise UserInputError(f"the evaluate message's counts come without '{BETA}' and '{TOPICS}'")
+    beta, k = config[BETA], config[TOPICS]
+    if not isinstance(beta, float) or not (np.isfinite(beta) and beta > 0):
+        raise UserInputError(f"the evaluate message's prior {beta!r} is not a positive finite number")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_MODEL_CELLS // max(n_words, 1):
+        raise UserInputError(f"the evaluate message's counts have {k!r} topics: need 1 to "
+                             f"{MAX_MODEL_CELLS // max(n_words, 1)} over {n_words} words")
+    try:
+        counts = wire_counts.decode_record(arrays, COUNTS_KEY, (k, n_words), minimum=0,
+                                           what="the evaluate message's counts")
+    except ValueError as exc:
+        raise UserInputError(str(exc)) from None
+    return counts_phi(counts, beta)
 
 
 class PartyScorer:

@@ -330,7 +330,7 @@ def keep_party_theta(msg: Any, context: Any, run_config: Mapping[str, Any]) -> P
         The file written, or None when ``theta-out`` is not set or writing failed.
     """
     from flower_topics.data.node_data import READING_KEYS, node_options, simulated_share
-    from flower_topics.evaluation import PHI_KEY
+    from flower_topics.evaluation import received_model
     from flower_topics.wire.agreement import split_words
     from flower_topics.wire.protocol import ARRAYS, CONFIG
 
@@ -340,7 +340,7 @@ def keep_party_theta(msg: Any, context: Any, run_config: Mapping[str, Any]) -> P
         return None
     try:
         vocabulary = split_words(str(context.state["vocabulary"]["words"]))
-        phi = msg.content[ARRAYS][PHI_KEY].numpy()
+        phi = received_model(msg.content, len(vocabulary))
         request = msg.content[CONFIG]
         reading = {key: options.get(key, run_config.get(key, READING_DEFAULTS.get(key))) for key in READING_KEYS}
         if options.get("dataset"):

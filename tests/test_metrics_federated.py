@@ -265,3 +265,73 @@ def test_a_party_scorer_kept_across_evaluations_answers_as_a_fresh_one() -> None
         assert -float(again["metrics"]["neg-loglik"]) == pytest.approx(expected.loglik, rel=REL)
         labelled = again["update"][evaluation.CONTINGENCY].numpy().shape[1] > 0
         assert labelled == (server_round == 4)  # the label table in the last round only
+
+
+# ---------------------------------------------------------------- the counts form of the model
+def _lda_strategy_with_counts(counts: np.ndarray, beta: float = 0.01):
+    from flwr.app import Array, ArrayRecord
+
+    from flower_topics.evaluation import EvaluationSettings
+    from flower_topics.strategies.lda import ADLDA
+    from flower_topics.wire import lda as lda_wire
+
+    settings = lda_wire.LDASettings(n_topics=counts.shape[0], alpha=0.1, beta=beta, local_sweeps=1)
+    strategy = ADLDA([f"w{i}" for i in range(counts.shape[1])], settings,
+                     evaluation=EvaluationSettings(every=1, num_rounds=3))
+    return strategy, ArrayRecord({lda_wire.COUNTS_KEY: Array(counts)})
+
+
+def test_lda_evaluates_with_its_counts_and_the_party_scores_the_servers_matrix_bit_for_bit() -> None:
+    """An ``lda`` evaluate message carries the global counts (sparse here) and beta, not 8 K V bytes of phi; the
+    matrix a party computes from them is the one the server scores, to the last bit."""
+    from flwr.app import ConfigRecord
+
+    from flower_topics import evaluation
+    from tests.flower_harness import FixedNodesGrid, as_server
+
+    as_server()
+    rng = np.random.default_rng(5)
+    counts = np.zeros((20, 3000), dtype=np.int32)
+    cells = rng.choice(counts.size, size=4000, replace=False)
+    counts.flat[cells] = rng.integers(1, 500, size=cells.size)
+    strategy, arrays = _lda_strategy_with_counts(counts, beta=0.013)
+    (message, _) = strategy.configure_evaluate(2, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))
+    sent = message.content["arrays"]
+    assert evaluation.PHI_KEY not in sent and set(sent.keys()) == set(evaluation.wire_counts.keys(evaluation.COUNTS_KEY))
+    nbytes = sum(a.numpy().nbytes for a in sent.values())
+    assert nbytes < counts.size  # the nonzero cells: under 1 byte a cell here, against 8 for float64 phi
+    got = evaluation.received_model(message.content, counts.shape[1])
+    expected = evaluation.model_phi(strategy.topic_word(arrays))
+    assert got.dtype == np.float64 and np.array_equal(got, expected)
+    assert np.array_equal(strategy._eval_phi, expected)
+
+
+def test_a_party_refuses_counts_that_are_not_its_runs_model() -> None:
+    """Negative counts, a number of topics that is not a positive int or would make the party build more than
+    MAX_MODEL_CELLS cells, a prior that is not positive and finite, the model twice, no prior: one line each,
+    before anything is computed."""
+    from flwr.app import Array
+
+    from flower_topics import evaluation
+    from flower_topics.errors import UserInputError
+
+    settings = evaluation.EvaluationSettings(every=1, num_rounds=1)
+    counts = np.arange(12, dtype=np.int64).reshape(3, 4)
+    honest = evaluation.counts_request(counts, 0.1, settings, "v", 1)
+    assert np.array_equal(evaluation.received_model(honest, 4), evaluation.counts_phi(counts, 0.1))
+    cases = [(evaluation.counts_request(counts - 1, 0.1, settings, "v", 1), "outside")]
+    for topics in (0, -3, 2.0, True, evaluation.MAX_MODEL_CELLS // 4 + 1):
+        wrong = evaluation.counts_request(counts, 0.1, settings, "v", 1)
+        wrong["config"][evaluation.TOPICS] = topics
+        cases.append((wrong, "topics"))
+    for beta in (0.0, -1.0, float("nan"), float("inf")):
+        cases.append((evaluation.counts_request(counts, beta, settings, "v", 1), "prior"))
+    both = evaluation.counts_request(counts, 0.1, settings, "v", 1)
+    both["arrays"][evaluation.PHI_KEY] = Array(evaluation.counts_phi(counts, 0.1))
+    cases.append((both, "twice"))
+    no_prior = evaluation.counts_request(counts, 0.1, settings, "v", 1)
+    del no_prior["config"][evaluation.BETA]
+    cases.append((no_prior, "without"))
+    for content, reason in cases:
+        with pytest.raises(UserInputError, match=reason):
+            evaluation.received_model(content, 4)

@@ -123,7 +123,7 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
     elif kind == agreement.VOCABULARY:
         return None, set()
     elif kind == evaluation.MESSAGE_TYPE:
-        phi = request.content["arrays"][evaluation.PHI_KEY].numpy()
+        phi = _sent_model(request)
         spec = evaluation.reply_spec(phi.shape[0], coherence_word_ids(phi, 10)[1].size)
     else:
         method = METHODS[kind.split(".", 1)[1]]
@@ -158,9 +158,15 @@ def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
                 raise AuditError(f"secure sum 'unmask' reply of node {node_id}: wrong shares for node {owner}")
 
 
+def _sent_model(request: Message) -> np.ndarray:
+    """The topic-word matrix an ``evaluate`` request stands for (either form), as the party reads it."""
+    n_words = int(str(request.content["config"]["vocabulary"]).split(":")[0])
+    return evaluation.received_model(request.content, n_words)
+
+
 def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:
     """The reply's D(w) and D(wi, wj) are the counts of the top words of the model it was sent."""
-    phi = request.content["arrays"][evaluation.PHI_KEY].numpy()
+    phi = _sent_model(request)
     honest = cooccurrence(documents.training, coherence_word_ids(phi, 10)[1])
     update = reply.content["update"]
     if not (np.array_equal(update[evaluation.DOC_FREQ].numpy(), honest.doc_freq)

@@ -269,6 +269,12 @@ class TopicStrategy(Strategy):
         """The method's arrays from the integer sums a secure round unmasked (as they are, by default)."""
         return arrays
 
+    def evaluation_counts(self, arrays: ArrayRecord) -> tuple[np.ndarray, float] | None:
+        """Integer ``K x V`` counts and a prior whose :func:`~flower_topics.evaluation.counts_phi` is this model's
+        topic-word matrix, sent to the parties for evaluation instead of the float64 matrix; None (the default)
+        sends the matrix."""
+        return None
+
     def privacy_report(self) -> PrivacyReport:
         """Privacy spent so far (none by default: the update is sent as it is)."""
         rounds = sum(1 for t in self.traffic.values() if t.nodes_sampled)
@@ -457,8 +463,13 @@ class TopicStrategy(Strategy):
         """On evaluation rounds, an ``evaluate`` message with the global model to every node that can take part."""
         if self.evaluation is None or not self.evaluation.due(server_round):
             return []
-        self._eval_phi = evaluation.model_phi(self.topic_word(arrays))  # what the parties are sent
-        content = evaluation.request(self._eval_phi, self.evaluation, self.fingerprint, server_round)
+        counts = self.evaluation_counts(arrays)
+        if counts is None:
+            self._eval_phi = evaluation.model_phi(self.topic_word(arrays))  # what the parties are sent
+            content = evaluation.request(self._eval_phi, self.evaluation, self.fingerprint, server_round)
+        else:  # the counts stand for the same float64 matrix, computed the same way on both sides
+            self._eval_phi = evaluation.counts_phi(*counts)
+            content = evaluation.counts_request(*counts, self.evaluation, self.fingerprint, server_round)
         nodes = sorted(set(grid.get_node_ids()) - set(self.excluded))
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         traffic.eval_bytes_sent = payload_bytes(content) * len(nodes)

@@ -106,6 +106,11 @@ class ADLDA(TopicStrategy):
         """phi = (n_kw + beta) / (n_k + V beta) of the global counts."""
         return topic_word_distribution(arrays[wire.COUNTS_KEY].numpy(), self.lda.beta)
 
+    def evaluation_counts(self, arrays: ArrayRecord) -> tuple[np.ndarray, float]:
+        """The global counts and beta: :meth:`topic_word` is computed from them, so evaluation sends them (the
+        nonzero cells, not ``8 K V`` bytes)."""
+        return arrays[wire.COUNTS_KEY].numpy(), self.lda.beta
+
     def settings(self) -> dict[str, Any]:
         """K, alpha, beta and the local sweeps."""
         return self.lda.to_record()
