@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.metrics import normalized_mutual_info_score
 
 from flower_topics.data import load_corpus
@@ -335,3 +337,33 @@ def test_a_party_refuses_counts_that_are_not_its_runs_model() -> None:
     for content, reason in cases:
         with pytest.raises(UserInputError, match=reason):
             evaluation.received_model(content, 4)
+
+
+_DTYPES = ["uint8", "uint16", "uint32", "int8", "int16", "int32", "int64", "float64", ">i4", "bool"]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(gaps=st.lists(st.integers(-5, 300), max_size=12), values=st.lists(st.integers(-(2**40), 2**40), max_size=40),
+       gap_dtype=st.sampled_from(_DTYPES), value_dtype=st.sampled_from(_DTYPES),
+       topics=st.one_of(st.integers(-2, 6), st.floats(allow_nan=True), st.booleans(), st.text(max_size=3)),
+       beta=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 2), st.text(max_size=3)))
+def test_a_hostile_counts_model_gets_one_line_or_a_valid_matrix(gaps, values, gap_dtype, value_dtype, topics, beta):
+    """Whatever counts form a server sends, the party answers with a topic-word matrix (finite, non-negative, rows
+    summing to 1, K x V) or one UserInputError line, never another exception."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+    from flower_topics import evaluation
+    from flower_topics.errors import UserInputError
+
+    gaps_key, values_key = evaluation.wire_counts.keys(evaluation.COUNTS_KEY)
+    with np.errstate(over="ignore", invalid="ignore"):
+        arrays = {gaps_key: np.asarray(gaps).astype(gap_dtype), values_key: np.asarray(values).astype(value_dtype)}
+    content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in arrays.items()}),
+                          "config": ConfigRecord({evaluation.BETA: beta, evaluation.TOPICS: topics})})
+    try:
+        phi = evaluation.received_model(content, 7)
+    except UserInputError as exc:
+        assert "\n" not in str(exc) and len(str(exc)) < 600
+        return
+    assert phi.ndim == 2 and phi.shape[1] == 7 and np.all(np.isfinite(phi)) and phi.min() >= 0
+    np.testing.assert_allclose(phi.sum(axis=1), 1.0, atol=1e-12)
