@@ -141,6 +141,9 @@ def main() -> None:
                         help="sweeps of ours (rounds x --sweeps-per-round) and tomotopy's iterations")
     parser.add_argument("--sweeps-per-round", type=int, default=1,
                         help="centralized: lda.local-sweeps of our run, which then has rounds / this many rounds")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="with --parties: NUMBA_NUM_THREADS of our run (the evaluation's fold-in splits the "
+                        "documents over them; training is one thread); tomotopy keeps one worker")
     parser.add_argument("--engine", choices=("flower", "inprocess"), default="flower",
                         help="with --parties: where our run's SuperNodes run (simulate --engine)")
     parser.add_argument("--topics", type=int, default=20)
@@ -165,7 +168,8 @@ def main() -> None:
         tomotopy_cmd = [sys.executable, str(HERE / "tomotopy_lda.py"), "--dataset", args.dataset, "--topics",
                         str(args.topics), "--iterations", str(args.rounds), "--out", f"{tmp}/tomotopy"]
         if args.parties:
-            cache = {"FLOWER_TOPICS_CACHE_DIR": args.corpus_cache or f"{tmp}/corpus-cache"}
+            cache = {"FLOWER_TOPICS_CACHE_DIR": args.corpus_cache or f"{tmp}/corpus-cache",
+                     "NUMBA_NUM_THREADS": str(args.threads)}
             evaluation = [] if args.federated_eval else ["--set", "federated-eval=false"]
             ours = timed([cli, "simulate", "--method", "lda", "--dataset", args.dataset, "--clients",
                           str(args.parties), "--topics", str(args.topics), "--rounds", str(args.rounds),
@@ -174,7 +178,7 @@ def main() -> None:
             rows = [json.loads(line) for line in Path(f"{tmp}/federated/metrics.jsonl").read_text().splitlines()]
             per_round = np.diff([float(r["wall_time"]) for r in rows])  # rounds 2.. (round 1 holds the start-up)
             result = {"dataset": args.dataset, "parties": args.parties, "rounds": args.rounds, "topics": args.topics,
-                      "engine": args.engine, "federated_eval": args.federated_eval,
+                      "engine": args.engine, "federated_eval": args.federated_eval, "threads": args.threads,
                       "evaluations": sum(1 for r in rows if "perplexity" in r),
                       "ours_seconds": round(ours.seconds, 1), "ours_peak_mib": round(ours.peak / mib),
                       "tomotopy_seconds": round(tomotopy.seconds, 1), "tomotopy_peak_mib": round(tomotopy.peak / mib),

@@ -380,6 +380,9 @@ def test_fold_in_is_the_em_over_all_documents_at_once() -> None:
         theta /= theta.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(fold_in(phi, counts, alpha=0.05, n_iter=25), theta, rtol=0, atol=1e-12)
     np.testing.assert_allclose(fold_in(phi, counts, alpha=0.05, n_iter=25)[3], 1 / 6)
+    one = fold_in(phi, counts, alpha=0.05, n_iter=25, threads=1)
+    for threads in (2, 3, 7, 64):  # documents split over threads (more threads than documents too): the same bits
+        assert np.array_equal(fold_in(phi, counts, alpha=0.05, n_iter=25, threads=threads), one)
 
 
 def test_fold_in_leaves_the_callers_matrix_alone() -> None:

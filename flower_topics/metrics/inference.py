@@ -7,8 +7,10 @@ vocabulary, rank each topic's words, and fold in document-topic proportions.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
@@ -213,8 +215,12 @@ def infer_theta(
     return fold_in(phi, counts, alpha=alpha, n_iter=n_iter)
 
 
+#: Fewest nonzero document-term counts for which :func:`fold_in` splits the documents over threads.
+PARALLEL_MIN_ENTRIES = 4_000
+
+
 def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int,
-            phi_t: np.ndarray | None = None) -> np.ndarray:
+            phi_t: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """The EM of :func:`infer_theta` on a ``(D, V)`` sparse count matrix.
 
     Parameters
@@ -229,6 +235,10 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
         Number of EM iterations, ``>= 0``.
     phi_t : np.ndarray, optional
         ``phi.T`` as a C-contiguous array, when the caller has made it (else made here).
+    threads : int, optional
+        Threads the documents are split over (each document's theta depends on its own words only, so
+        the result is the same for any number); default numba's thread count (the cores, or
+        ``NUMBA_NUM_THREADS``), one for fewer than :data:`PARALLEL_MIN_ENTRIES` nonzero counts.
 
     Returns
     -------
@@ -242,8 +252,27 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
     counts = sp.csr_matrix(counts, dtype=np.float64, copy=True)
     counts.sum_duplicates()
     theta = np.empty((counts.shape[0], phi.shape[0]))
-    _fold_in_kernel(counts.indptr.astype(np.int64), counts.indices.astype(np.int64), counts.data,
-                    np.ascontiguousarray(phi.T) if phi_t is None else phi_t, float(alpha), int(n_iter), theta)
+    indptr, indices = counts.indptr.astype(np.int64), counts.indices.astype(np.int64)
+    phi_t = np.ascontiguousarray(phi.T) if phi_t is None else phi_t
+    if threads is None:
+        threads = numba.get_num_threads() if counts.nnz >= PARALLEL_MIN_ENTRIES else 1
+    # contiguous runs of documents with about as many nonzero counts each; the kernel releases the GIL
+    bounds = np.unique(np.searchsorted(indptr, np.linspace(0, counts.nnz, max(1, threads) + 1), side="left"))
+    bounds[0], bounds[-1] = 0, counts.shape[0]
+    chunks = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+    def run(chunk: tuple[int, int]) -> None:
+        a, b = chunk
+        lo, hi = indptr[a], indptr[b]
+        _fold_in_kernel(indptr[a:b + 1] - lo, indices[lo:hi], counts.data[lo:hi], phi_t, float(alpha), int(n_iter),
+                        theta[a:b])
+
+    if len(chunks) <= 1:
+        for chunk in chunks:
+            run(chunk)
+    else:
+        with ThreadPoolExecutor(len(chunks)) as pool:
+            list(pool.map(run, chunks))
     return theta
 
 
