@@ -11,8 +11,8 @@ an ``evaluate`` message with the global model only, in one of two forms:
   counts' nonzero cells instead of ``8 K V`` bytes.
 
 The party checks that it is a K x V topic-word matrix over the agreed vocabulary (finite,
-non-negative, each row summing to 1; or non-negative integer counts with a positive prior and
-its own run's number of topics) and refuses it otherwise
+non-negative, each row summing to 1; or non-negative integer counts of at most
+:data:`MAX_MODEL_CELLS` cells with a positive finite prior) and refuses it otherwise
 (a ``BAD_INPUT`` error reply of one line); it computes each topic's top-10 words itself
 (:func:`~flower_topics.metrics.coherence.coherence_word_ids`, as the server does), and
 refuses a message that names word ids of its own. Each party replies with sums over its own
