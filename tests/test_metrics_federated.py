@@ -308,7 +308,7 @@ def test_lda_evaluates_with_its_counts_and_the_party_scores_the_servers_matrix_b
     assert np.array_equal(strategy._eval_phi, expected)
 
 
-def test_a_party_refuses_counts_that_are_not_its_runs_model() -> None:
+def test_a_party_refuses_counts_that_are_not_a_model() -> None:
     """Negative counts, a number of topics that is not a positive int or would make the party build more than
     MAX_MODEL_CELLS cells, a prior that is not positive and finite, the model twice, no prior: one line each,
     before anything is computed."""

@@ -127,7 +127,7 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
         spec = evaluation.reply_spec(phi.shape[0], coherence_word_ids(phi, 10)[1].size)
     else:
         method = METHODS[kind.split(".", 1)[1]]
-        spec = method.reply_spec(config, int(str(config["vocabulary"]).split(":")[0]))
+        spec = method.reply_spec(config, _vocabulary_size(config))
         if ROUND_RECORD in request.content.config_records:
             return masked_spec(spec, SecureSumSettings(bits=int(request.content[ROUND_RECORD]["bits"]))), set()
     free = {(key, axis) for key, array in spec.arrays.items() for axis, n in enumerate(array.shape) if n is None}
@@ -160,8 +160,12 @@ def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
 
 def _sent_model(request: Message) -> np.ndarray:
     """The topic-word matrix an ``evaluate`` request stands for (either form), as the party reads it."""
-    n_words = int(str(request.content["config"]["vocabulary"]).split(":")[0])
-    return evaluation.received_model(request.content, n_words)
+    return evaluation.received_model(request.content, _vocabulary_size(request.content["config"]))
+
+
+def _vocabulary_size(config: Any) -> int:
+    """The number of agreed words, from a message config's vocabulary fingerprint (``<size>:<hash>``)."""
+    return int(str(config["vocabulary"]).split(":")[0])
 
 
 def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:
