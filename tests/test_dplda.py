@@ -63,6 +63,18 @@ def test_the_batched_e_step_equals_the_per_document_algorithm():
     assert got.statistic.sum() == pytest.approx(counts.sum())
 
 
+def test_the_e_step_gives_the_same_bits_on_any_number_of_threads():
+    rng = np.random.default_rng(3)
+    lam = rng.gamma(2.0, 1.0, size=(7, 40)) + 0.1
+    counts = sp.random(300, 40, density=0.2, random_state=4, format="csr")
+    counts.data = np.ceil(counts.data * 4)
+    one = svi.e_step(lam, counts, alpha=0.1, clip=1.5, threads=1)
+    for threads in (2, 3, 512):  # more threads than documents too
+        many = svi.e_step(lam, counts, alpha=0.1, clip=1.5, threads=threads)
+        assert np.array_equal(many.statistic, one.statistic) and np.array_equal(many.gamma, one.gamma)
+        assert np.array_equal(many.norms, one.norms)
+
+
 def test_one_document_moves_the_clipped_sum_by_at_most_c():
     rng = np.random.default_rng(1)
     lam = rng.gamma(1.0, 1.0, size=(4, 30)) + 0.01
@@ -142,6 +154,21 @@ def _violations(settings: DPLDASettings, n: int = 6000) -> float:
     lower = (1 - up0) - (np.exp(eps) * (1 - lo1) + delta)
     excess = np.concatenate([upper, lower])
     return float(excess.max())
+
+
+def test_the_cached_composition_equals_dp_accountings_own_accountant_exactly():
+    import dp_accounting
+    from dp_accounting import rdp
+
+    from flower_topics.privacy.accountant import ORDERS, _round_event
+
+    releases = np.array([[1.3, 0.2]] * 7 + [[0.8, 0.05]] * 30 + [[4.0, 1.0]] * 2)
+    fresh = rdp.RdpAccountant(list(ORDERS), dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    for sigma, rate in releases:  # one event at a time, as a party makes them
+        fresh.compose(_round_event(float(sigma), float(rate)))
+    for delta in (1e-5, 1e-8):
+        assert releases_epsilon(releases, delta) == pytest.approx(fresh.get_epsilon(delta), rel=1e-12)
+    assert releases_epsilon(releases[:-1], 1e-5) < releases_epsilon(releases, 1e-5)
 
 
 def test_a_release_respects_its_per_round_bound_and_a_weaker_noise_fails_the_check():

@@ -7,15 +7,14 @@ vocabulary, rank each topic's words, and fold in document-topic proportions.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
 from flower_topics.data.corpus import Corpus
+from flower_topics.document_threads import over_documents
 
 
 def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.ndarray:
@@ -215,10 +214,6 @@ def infer_theta(
     return fold_in(phi, counts, alpha=alpha, n_iter=n_iter)
 
 
-#: Fewest nonzero document-term counts for which :func:`fold_in` splits the documents over threads.
-PARALLEL_MIN_ENTRIES = 4_000
-
-
 def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int,
             phi_t: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """The EM of :func:`infer_theta` on a ``(D, V)`` sparse count matrix.
@@ -238,7 +233,7 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
     threads : int, optional
         Threads the documents are split over (each document's theta depends on its own words only, so
         the result is the same for any number); default numba's thread count (the cores, or
-        ``NUMBA_NUM_THREADS``), one for fewer than :data:`PARALLEL_MIN_ENTRIES` nonzero counts.
+        ``NUMBA_NUM_THREADS``), one for fewer than :data:`flower_topics.document_threads.PARALLEL_MIN_ENTRIES` nonzero counts.
 
     Returns
     -------
@@ -254,25 +249,12 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
     theta = np.empty((counts.shape[0], phi.shape[0]))
     indptr, indices = counts.indptr.astype(np.int64), counts.indices.astype(np.int64)
     phi_t = np.ascontiguousarray(phi.T) if phi_t is None else phi_t
-    if threads is None:
-        threads = numba.get_num_threads() if counts.nnz >= PARALLEL_MIN_ENTRIES else 1
-    # contiguous runs of documents with about as many nonzero counts each; the kernel releases the GIL
-    bounds = np.unique(np.searchsorted(indptr, np.linspace(0, counts.nnz, max(1, threads) + 1), side="left"))
-    bounds[0], bounds[-1] = 0, counts.shape[0]
-    chunks = [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    def run(first: int, last: int) -> None:
+        lo, hi = indptr[first], indptr[last]
+        _fold_in_kernel(indptr[first:last + 1] - lo, indices[lo:hi], counts.data[lo:hi], phi_t, float(alpha),
+                        int(n_iter), theta[first:last])
 
-    def run(chunk: tuple[int, int]) -> None:
-        a, b = chunk
-        lo, hi = indptr[a], indptr[b]
-        _fold_in_kernel(indptr[a:b + 1] - lo, indices[lo:hi], counts.data[lo:hi], phi_t, float(alpha), int(n_iter),
-                        theta[a:b])
-
-    if len(chunks) <= 1:
-        for chunk in chunks:
-            run(chunk)
-    else:
-        with ThreadPoolExecutor(len(chunks)) as pool:
-            list(pool.map(run, chunks))
+    over_documents(indptr, run, threads)
     return theta
 
 

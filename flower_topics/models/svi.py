@@ -44,6 +44,7 @@ from numba import njit
 from scipy.special import digamma
 
 from flower_topics.data.corpus import Corpus
+from flower_topics.document_threads import over_documents
 
 
 def expected_log_dirichlet(parameters: np.ndarray) -> np.ndarray:
@@ -82,7 +83,7 @@ class ExpectedStatistics:
 
 def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float | None,
            max_iter: int = 100, tol: float = 1e-3, quantum: float | None = None,
-           rng: np.random.Generator | None = None) -> ExpectedStatistics:
+           rng: np.random.Generator | None = None, threads: int | None = None) -> ExpectedStatistics:
     """The local E-step of online LDA for a batch of documents, with per-document clipping.
 
     Parameters
@@ -110,6 +111,11 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
         norm at most ``C x quantum``.
     rng : np.random.Generator, optional
         The randomness of the rounding (needed with ``quantum``; the party's secret randomness).
+    threads : int, optional
+        Threads the documents are split over (a document's gamma and statistic depend on its own
+        words only, so the result is the same bits for any number); default numba's thread count
+        (the cores, or ``NUMBA_NUM_THREADS``), one for fewer than :data:`flower_topics.document_threads.PARALLEL_MIN_ENTRIES`
+        nonzero counts.
 
     Returns
     -------
@@ -130,8 +136,14 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     beta_t = np.ascontiguousarray(np.exp(expected_log_dirichlet(lam)).T)  # V x K
     gamma = np.empty((n_docs, n_topics))
     entries = np.empty((counts.nnz, n_topics))  # n_dw phi_dwk
-    _e_step_kernel(counts.indptr.astype(np.int64), counts.indices.astype(np.int64), counts.data, beta_t,
-                   float(alpha), int(max_iter), float(tol), gamma, entries)
+    indptr, indices = counts.indptr.astype(np.int64), counts.indices.astype(np.int64)
+
+    def run(first: int, last: int) -> None:
+        lo, hi = indptr[first], indptr[last]
+        _e_step_kernel(indptr[first:last + 1] - lo, indices[lo:hi], counts.data[lo:hi], beta_t, float(alpha),
+                       int(max_iter), float(tol), gamma[first:last], entries[lo:hi])
+
+    over_documents(indptr, run, threads)
     norms = np.sqrt(np.bincount(rows, weights=np.einsum("nk,nk->n", entries, entries), minlength=n_docs))
     if clip is not None:
         scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
@@ -151,10 +163,12 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     return ExpectedStatistics(statistic, norms, gamma, clip)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _exp_digamma(x: float) -> float:  # pragma: no cover - numba
-    """``exp(psi(x))`` for x > 0: the recurrence up to ``y >= 6``, then the asymptotic series (Abramowitz and Stegun
-    6.3.18), ``psi(x) = log(y) + r``, returned as ``y exp(r)`` (one ``exp``, no ``log``)."""
+    """``exp(psi(x))`` for x > 0: the recurrence ``psi(x) = psi(x + 1) - 1 / x`` up to ``y >= 6``, then the
+    asymptotic series (Abramowitz and Stegun 6.3.18), ``psi(y) = log(y) + r``, returned as ``y exp(r)`` (one
+    ``exp``, no ``log``). The recurrence's ``sum_i 1 / (x + i)`` is kept as one fraction ``num / den`` (one
+    division instead of up to six: ``a / b + 1 / y = (a y + b) / (b y)``)."""
     shift = 0.0
     while x < 6.0:
         shift -= 1.0 / x
@@ -164,7 +178,7 @@ def _exp_digamma(x: float) -> float:  # pragma: no cover - numba
     return x * np.exp(shift - 0.5 / x - series)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _expected_theta(gamma, theta):  # pragma: no cover - numba
     """``theta[k] = exp(E[log theta_k])`` under ``Dir(gamma)`` up to a common factor: ``exp(psi(gamma_k))``.
 
@@ -175,7 +189,7 @@ def _expected_theta(gamma, theta):  # pragma: no cover - numba
         theta[k] = _exp_digamma(gamma[k])
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _word_norm(theta, beta_t, w):  # pragma: no cover - numba
     """``sum_k theta_k beta_wk``: the normalizer of word ``w``'s responsibilities."""
     norm = 0.0
@@ -184,7 +198,7 @@ def _word_norm(theta, beta_t, w):  # pragma: no cover - numba
     return norm
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
 def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha):  # pragma: no cover - numba
     """``new = alpha + sum_w n_dw phi_dw`` at ``theta`` for one document, without forming ``phi``.
 
@@ -205,7 +219,7 @@ def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha): 
         new[k] = alpha + theta[k] * acc[k]
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_out, entries_out):  # pragma: no cover
     """Hoffman et al.'s E-step, one document after the other (compiled).
 
