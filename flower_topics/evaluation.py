@@ -156,14 +156,18 @@ def is_eval_round(server_round: int, config: Mapping[str, Any]) -> bool:
 
 def model_phi(topic_word: np.ndarray) -> np.ndarray:
     """The model as the parties are sent it and the server scores it: float64, each row divided by its sum."""
-    phi = np.array(topic_word, dtype=np.float64, order="C")
-    return phi / phi.sum(axis=1, keepdims=True)
+    return _divide_rows_by_sums(np.array(topic_word, dtype=np.float64, order="C"))
+
+
+def _divide_rows_by_sums(phi: np.ndarray) -> np.ndarray:
+    phi /= phi.sum(axis=1, keepdims=True)
+    return phi
 
 
 def counts_phi(counts: np.ndarray, beta: float) -> np.ndarray:
     """The model of integer topic-word ``counts`` and prior ``beta``, as the parties and the server score it:
-    :func:`model_phi` of ``(n_kw + beta) / (n_k + V beta)``."""
-    return model_phi(normalize_rows(counts, beta))
+    :func:`model_phi` of ``(n_kw + beta) / (n_k + V beta)`` (the same bits, without a second copy)."""
+    return _divide_rows_by_sums(normalize_rows(counts, beta))
 
 
 def _request_config(settings: EvaluationSettings, fingerprint: str, server_round: int) -> dict[str, Any]:

@@ -389,3 +389,34 @@ def test_fold_in_leaves_the_callers_matrix_alone() -> None:
     counts = sp.csr_matrix(np.array([[2.0, 0.0, 1.0]]))
     fold_in(np.array([[0.5, 0.25, 0.25], [0.2, 0.4, 0.4]]), counts, alpha=0.01, n_iter=3)
     np.testing.assert_array_equal(counts.toarray(), [[2.0, 0.0, 1.0]])
+
+
+def test_row_normalizer_by_hand_and_its_input_untouched() -> None:
+    from flower_topics.models.topic_word import normalize_rows
+
+    counts = np.array([[1, 3, 0], [0, 0, 0], [-2, 4, 2]])
+    got = normalize_rows(counts, 1.0)
+    np.testing.assert_array_equal(got[0], np.array([2.0, 4.0, 1.0]) / 7.0)
+    np.testing.assert_array_equal(got[1], np.full(3, 1.0 / 3.0))
+    np.testing.assert_array_equal(got[2], np.array([-1.0, 5.0, 3.0]) / 7.0)
+    clamped = normalize_rows(counts, 0.0, clamp=True)
+    np.testing.assert_array_equal(clamped[1], np.full(3, 1.0 / 3.0))  # no mass: uniform
+    np.testing.assert_array_equal(clamped[2], np.array([0.0, 4.0, 2.0]) / 6.0)
+    assert counts[2, 0] == -2  # the caller's array is not written
+    weights = np.array([[2.0, -5.0]])
+    assert np.array_equal(normalize_rows(weights), np.array([[1.0, 1.0]]) / 2)  # negative total: uniform
+    for bad in (np.array([[1.0, np.nan]]), np.array([[np.inf, 1.0]]), np.ones(3)):
+        with pytest.raises(ValueError, match="finite"):
+            normalize_rows(bad)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -1e-300])
+def test_a_topic_word_matrix_with_one_bad_entry_is_refused(bad: float) -> None:
+    from flower_topics.metrics.inference import check_topic_word
+
+    phi = np.full((3, 50), 0.02)
+    phi[2, 49] = bad  # the last entry: the single pass reads them all
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        check_topic_word(phi)
+    phi[2, 49] = 0.0
+    assert check_topic_word(phi) is not None

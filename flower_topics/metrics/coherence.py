@@ -54,8 +54,8 @@ def coherence_word_ids(topic_word: np.ndarray, top_n: int = 10) -> tuple[np.ndar
         Sorted distinct columns of ``top_ids``.
     """
     _check_top_n(top_n)
-    phi = check_topic_word(topic_word)
-    top = top_word_indices(phi, min(top_n, phi.shape[1]))
+    n_words = np.shape(topic_word)[-1] if np.ndim(topic_word) else 1
+    top = top_word_indices(topic_word, min(top_n, max(n_words, 1)))  # it checks the matrix
     return top, np.unique(top)
 
 

@@ -41,7 +41,7 @@ def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.n
     phi = np.ascontiguousarray(topic_word, dtype=np.float64)
     if phi.ndim != 2 or phi.shape[0] < 1 or phi.shape[1] < 1:
         raise ValueError(f"topic_word must be a non-empty (K, V) matrix, got shape {phi.shape}")
-    if not (phi.min() >= 0 and np.isfinite(phi.max())):  # two passes, no temporaries; a NaN fails the first
+    if not _finite_non_negative(phi.reshape(-1)):
         raise ValueError("topic_word must be finite and non-negative")
     if n_words is not None and phi.shape[1] != n_words:
         raise ValueError(
@@ -49,6 +49,16 @@ def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.n
             "align the corpus to the model vocabulary first (align_corpus)"
         )
     return phi
+
+
+@njit(cache=True, nogil=True)
+def _finite_non_negative(values: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """Whether every entry is finite and ``>= 0``: one pass, stopping at the first that is not (a NaN fails
+    ``>= 0``)."""
+    for v in values:
+        if not (v >= 0.0 and v < np.inf):
+            return False
+    return True
 
 
 def top_word_indices(topic_word: np.ndarray, n: int) -> np.ndarray:

@@ -22,10 +22,13 @@ def normalize_rows(matrix: np.ndarray, prior: float = 0.0, *, clamp: bool = Fals
     np.ndarray
         ``(K, V)`` rows summing to 1; a row with no mass becomes uniform.
     """
-    m = np.asarray(matrix, dtype=np.float64)
-    if m.ndim != 2 or not np.all(np.isfinite(m)):
+    m = np.array(matrix, dtype=np.float64)  # one copy, then every step in place
+    if m.ndim != 2 or (m.size and not (np.isfinite(m.min()) and np.isfinite(m.max()))):  # a NaN shows in both
         raise ValueError("matrix must be a finite (K, V) array")
-    m = (np.maximum(m, 0.0) if clamp else m) + prior
+    if clamp:
+        np.maximum(m, 0.0, out=m)
+    m += prior
     totals = m.sum(axis=1, keepdims=True)
-    uniform = np.full_like(m, 1.0 / m.shape[1])
-    return np.divide(m, totals, out=uniform, where=totals > 0)
+    np.divide(m, totals, out=m, where=totals > 0)
+    m[totals[:, 0] <= 0] = 1.0 / m.shape[1]
+    return m
