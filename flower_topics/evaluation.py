@@ -176,10 +176,11 @@ def _request_config(settings: EvaluationSettings, fingerprint: str, server_round
             "labels": labels, "vocabulary": fingerprint}
 
 
-def request(topic_word: np.ndarray, settings: EvaluationSettings, fingerprint: str, server_round: int) -> RecordDict:
-    """The content of an ``evaluate`` message: the model (:func:`model_phi`) and the settings, no word ids."""
+def request(phi: np.ndarray, settings: EvaluationSettings, fingerprint: str, server_round: int) -> RecordDict:
+    """The content of an ``evaluate`` message: the model ``phi`` as the parties are to hold it (the strategy's
+    :func:`model_phi`, sent as it is) and the settings, no word ids."""
     return RecordDict({
-        ARRAYS: ArrayRecord({PHI_KEY: Array(model_phi(topic_word))}),
+        ARRAYS: ArrayRecord({PHI_KEY: Array(np.ascontiguousarray(phi, dtype=np.float64))}),
         CONFIG: ConfigRecord(_request_config(settings, fingerprint, server_round)),
     })
 
@@ -366,14 +367,15 @@ def parse_reply(reply: Message, n_topics: int, n_words: int) -> PartyScores:
                        arrays[CONTINGENCY], labels)
 
 
-def combine(parts: Sequence[PartyScores], topic_word: np.ndarray) -> dict[str, float | int]:
+def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray, np.ndarray] | None = None
+            ) -> dict[str, float | int]:
     """The pooled metrics from the parties' sums (and diversity, from the model alone).
 
-    ``topic_word`` is the model as the strategy holds it; its top words are those of
-    :func:`model_phi` of it, the matrix the parties were sent and took their top words from.
+    ``phi`` is the matrix the parties hold (sent, or built from the counts sent) and took their
+    top words from; ``top`` its :func:`coherence_word_ids` at 10 words, when the caller has them.
     """
-    topic_word = model_phi(topic_word)
-    top_ids, word_ids = coherence_word_ids(topic_word, 10)
+    topic_word = phi
+    top_ids, word_ids = coherence_word_ids(phi, 10) if top is None else top
     held = sum((p.held for p in parts), HeldOut(0.0, 0, 0))
     co = sum((p.co for p in parts), Cooccurrence(0, np.zeros(word_ids.size, np.int64),
                                                   np.zeros((word_ids.size, word_ids.size), np.int64)))

@@ -124,8 +124,10 @@ class RoundRecorder:
         privacy = self.privacy()
         row["privacy"] = privacy.to_dict()
         if is_eval_round(server_round, self.config):
-            row.update(server_scores(self.model(arrays), self.truth))
-            row.update(self.strategy.evaluations.get(server_round, {}))
+            evaluated = self.strategy.evaluations.get(server_round, {})
+            if "diversity" not in evaluated or self.truth is not None:  # else the parties' evaluation has it all
+                row.update(server_scores(self.model(arrays), self.truth))
+            row.update(evaluated)
         self.outputs.append_metrics(row)
         self.last = {**self.last, **row}
         console.say(console.round_line(row, self.num_rounds, privacy.summary()))

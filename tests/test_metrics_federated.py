@@ -306,6 +306,27 @@ def test_lda_evaluates_with_its_counts_and_the_party_scores_the_servers_matrix_b
     expected = evaluation.model_phi(strategy.topic_word(arrays))
     assert got.dtype == np.float64 and np.array_equal(got, expected)
     assert np.array_equal(strategy._eval_phi, expected)
+    assert np.array_equal(strategy._eval_top[0], evaluation.coherence_word_ids(got, 10)[0])
+
+
+def test_the_server_pools_with_exactly_the_matrix_and_top_words_a_party_holds() -> None:
+    """Sent as a matrix (a method without counts) the model is not normalized again on the way: the party's
+    matrix, and so its top words, are the server's to the last bit; the pooled NPMI is computed over them."""
+    from flwr.app import ConfigRecord
+
+    from flower_topics import evaluation
+    from tests.flower_harness import FixedNodesGrid, as_server
+
+    as_server()
+    rng = np.random.default_rng(6)
+    counts = rng.integers(0, 40, size=(6, 500)).astype(np.int32)
+    strategy, arrays = _lda_strategy_with_counts(counts, beta=0.37)
+    strategy.evaluation_counts = lambda arrays: None  # as a method that sends its matrix
+    (message, _) = strategy.configure_evaluate(2, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))
+    got = evaluation.received_model(message.content, counts.shape[1])
+    assert evaluation.PHI_KEY in message.content["arrays"] and np.array_equal(got, strategy._eval_phi)
+    assert np.array_equal(strategy._eval_top[0], evaluation.coherence_word_ids(got, 10)[0])
+    assert np.array_equal(strategy._eval_top[1], evaluation.coherence_word_ids(got, 10)[1])
 
 
 def test_a_party_refuses_counts_that_are_not_a_model() -> None:

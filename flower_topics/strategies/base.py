@@ -221,6 +221,7 @@ class TopicStrategy(Strategy):
         self._connected: set[int] = set()
         self._current: ArrayRecord | None = None
         self._eval_phi: np.ndarray | None = None
+        self._eval_top: tuple[np.ndarray, np.ndarray] | None = None
         #: unanswered messages of recent rounds; a reply that comes after its round is logged and ignored
         self.outstanding = OutstandingMessages()
         self._grid: Grid | None = None
@@ -470,6 +471,7 @@ class TopicStrategy(Strategy):
         else:  # the counts stand for the same float64 matrix, computed the same way on both sides
             self._eval_phi = evaluation.counts_phi(*counts)
             content = evaluation.counts_request(*counts, self.evaluation, self.fingerprint, server_round)
+        self._eval_top = evaluation.coherence_word_ids(self._eval_phi, 10)  # the top words the parties count
         nodes = sorted(set(grid.get_node_ids()) - set(self.excluded))
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         traffic.eval_bytes_sent = payload_bytes(content) * len(nodes)
@@ -485,7 +487,7 @@ class TopicStrategy(Strategy):
         self.outstanding.round_ended(server_round, "evaluate", self._sent.pop(("evaluate", server_round), []),
                                      {msg.metadata.reply_to_message_id for msg in replies})
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
-        k, n_words = self._eval_phi.shape[0], evaluation.coherence_word_ids(self._eval_phi, 10)[1].size
+        k, n_words = self._eval_phi.shape[0], self._eval_top[1].size
         parts = []
         for msg in replies:
             if msg.has_error():
@@ -500,7 +502,7 @@ class TopicStrategy(Strategy):
                     msg.metadata.src_node_id, exc)
         if not parts:
             return None
-        self.evaluations[server_round] = evaluation.combine(parts, self._eval_phi)
+        self.evaluations[server_round] = evaluation.combine(parts, self._eval_phi, self._eval_top)
         return MetricRecord(dict(evaluation.numeric(self.evaluations[server_round])))
 
     # ------------------------------------------------------------ internals
