@@ -85,8 +85,20 @@ def rounds_epsilon(noise_multiplier: float, sample_rate: float, rounds: int, del
         raise ValueError("need rounds >= 0, 0 < delta < 1, sigma > 0, 0 < q <= 1 and l2 >= 1")
     if rounds == 0:
         return 0.0
+    from autodp.transformer_zoo import Composition
+
+    with warnings.catch_warnings():  # autodp's scalar search divides 0 by 0 on flat stretches and recovers
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(Composition()([_release(noise_multiplier, sample_rate, l2)], [int(rounds)]).get_approxDP(delta))
+
+
+@functools.lru_cache(maxsize=64)
+def _release(noise_multiplier: float, sample_rate: float, l2: float):  # -> autodp Mechanism
+    """One round's mechanism in autodp: Skellam noise of variance ``(sigma l2)^2`` (Theorem 3.5's RDP), Poisson
+    subsampled at ``q``. Kept per ``(sigma, q, l2)``: a run composes the same release every round, and composing
+    a kept mechanism for a new count takes about half the time of building it again (15 against 30 ms)."""
     from autodp.autodp_core import Mechanism
-    from autodp.transformer_zoo import AmplificationBySampling, Composition
+    from autodp.transformer_zoo import AmplificationBySampling
 
     mu, l1 = (noise_multiplier * l2) ** 2, l2 ** 2
 
@@ -100,9 +112,7 @@ def rounds_epsilon(noise_multiplier: float, sample_rate: float, rounds: int, del
     release = _Skellam()
     if sample_rate < 1:
         release = AmplificationBySampling(PoissonSampling=True)(release, sample_rate, improved_bound_flag=True)
-    with warnings.catch_warnings():  # autodp's scalar search divides 0 by 0 on flat stretches and recovers
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(Composition()([release], [int(rounds)]).get_approxDP(delta))
+    return release
 
 
 @functools.lru_cache(maxsize=256)
