@@ -67,7 +67,7 @@ from flower_topics.metrics.federated import (
 )
 from flower_topics.metrics.inference import infer_theta
 from flower_topics.metrics.perplexity import CompletionHalves, completion_halves
-from flower_topics.models.topic_word import normalize_rows
+from flower_topics.models.topic_word import counts_model
 from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.agreement import join_words, split_words
 from flower_topics.wire.protocol import (
@@ -156,18 +156,16 @@ def is_eval_round(server_round: int, config: Mapping[str, Any]) -> bool:
 
 def model_phi(topic_word: np.ndarray) -> np.ndarray:
     """The model as the parties are sent it and the server scores it: float64, each row divided by its sum."""
-    return _divide_rows_by_sums(np.array(topic_word, dtype=np.float64, order="C"))
-
-
-def _divide_rows_by_sums(phi: np.ndarray) -> np.ndarray:
+    phi = np.array(topic_word, dtype=np.float64, order="C")
     phi /= phi.sum(axis=1, keepdims=True)
     return phi
 
 
 def counts_phi(counts: np.ndarray, beta: float) -> np.ndarray:
     """The model of integer topic-word ``counts`` and prior ``beta``, as the parties and the server score it:
-    :func:`model_phi` of ``(n_kw + beta) / (n_k + V beta)`` (the same bits, without a second copy)."""
-    return _divide_rows_by_sums(normalize_rows(counts, beta))
+    :func:`model_phi` of ``(n_kw + beta) / (n_k + V beta)``, the same bits in one compiled pass
+    (:func:`~flower_topics.models.topic_word.counts_model`)."""
+    return counts_model(counts, beta)[0]
 
 
 def _request_config(settings: EvaluationSettings, fingerprint: str, server_round: int) -> dict[str, Any]:
@@ -199,6 +197,17 @@ def counts_request(counts: np.ndarray, beta: float, settings: EvaluationSettings
 def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     """The model of an ``evaluate`` message, checked by the party before it computes anything from it.
 
+    :func:`received_model_and_transpose` without the transpose.
+    """
+    return received_model_and_transpose(content, n_words, transposed=False)[0]
+
+
+def received_model_and_transpose(content: RecordDict, n_words: int, *, transposed: bool = True
+                                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The model of an ``evaluate`` message, checked by the party before it computes anything from it, and
+    (``transposed``) ``phi.T`` as a C-contiguous array, which the fold-in reads (built in the same pass for the
+    counts form).
+
     Parameters
     ----------
     content : RecordDict
@@ -206,10 +215,13 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     n_words : int
         The size of the vocabulary the party agreed to.
 
+    transposed : bool (default: True)
+        Also return ``phi.T``.
+
     Returns
     -------
-    np.ndarray
-        The ``(K, V)`` float64 topic-word matrix.
+    tuple
+        The ``(K, V)`` float64 topic-word matrix, and its transpose (or None).
 
     Raises
     ------
@@ -228,7 +240,7 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     if counts_keys & set(arrays.keys()):
         if PHI_KEY in arrays:
             raise UserInputError("the evaluate message carries the model twice (a matrix and counts)")
-        return _received_counts(content, arrays, n_words)
+        return _received_counts(content, arrays, n_words, transposed)
     if PHI_KEY not in arrays:
         raise UserInputError(f"the evaluate message has no model ('{PHI_KEY}')")
     phi = np.asarray(arrays[PHI_KEY].numpy())
@@ -249,11 +261,13 @@ def received_model(content: RecordDict, n_words: int) -> np.ndarray:
     if error > ROW_SUM_TOLERANCE:
         raise UserInputError(f"the evaluate message's model rows do not sum to 1 (off by up to {error:.3g}): it is "
                              "not a topic-word matrix")
-    return phi
+    return phi, (np.ascontiguousarray(phi.T) if transposed else None)
 
 
-def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int) -> np.ndarray:
-    """:func:`counts_phi` of the counts form of an ``evaluate`` message, after checking it (see :func:`received_model`)."""
+def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int, transposed: bool
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`counts_phi` of the counts form of an ``evaluate`` message (and its transpose), after checking it
+    (see :func:`received_model_and_transpose`)."""
     config = content[CONFIG] if CONFIG in content.config_records else ConfigRecord()
     if BETA not in config or TOPICS not in config:
         raise UserInputError(f"the evaluate message's counts come without '{BETA}' and '{TOPICS}'")
@@ -268,7 +282,7 @@ def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int) -> 
                                            what="the evaluate message's counts")
     except ValueError as exc:
         raise UserInputError(str(exc)) from None
-    return counts_phi(counts, beta)
+    return counts_model(counts, beta, transposed=transposed)
 
 
 class PartyScorer:
@@ -305,12 +319,12 @@ class PartyScorer:
             For a message that is not an honest ``evaluate`` request (:func:`received_model`).
         """
         config = content[CONFIG]
-        phi = received_model(content, self.training.n_words)
+        phi, phi_t = received_model_and_transpose(content, self.training.n_words)
         _, word_ids = coherence_word_ids(phi, 10)
         alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
         if seed not in self._halves:
             self._halves[seed] = completion_halves(self.heldout, seed=seed)
-        held = self._halves[seed].loglik(phi, alpha=alpha, n_iter=n_iter)
+        held = self._halves[seed].loglik(phi, alpha=alpha, n_iter=n_iter, phi_t=phi_t)
         if self._presence is None:
             self._presence = document_presence(self.training)
         co_doc_freq = presence_cooccurrence(self._presence, word_ids)

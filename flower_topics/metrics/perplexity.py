@@ -155,10 +155,15 @@ class CompletionHalves:
     held_word: np.ndarray
     n_docs: int
 
-    def loglik(self, topic_word: np.ndarray, *, alpha: float = 0.01, n_iter: int = 100) -> CompletionLogLikelihood:
-        """The sums of :func:`completion_loglik` for ``topic_word`` (``(K, V)``, rows summing to 1)."""
+    def loglik(self, topic_word: np.ndarray, *, alpha: float = 0.01, n_iter: int = 100,
+               phi_t: np.ndarray | None = None) -> CompletionLogLikelihood:
+        """The sums of :func:`completion_loglik` for ``topic_word`` (``(K, V)``, rows summing to 1); ``phi_t`` is
+        its transpose as a C-contiguous float64 array when the caller has made it (else made here)."""
         phi = check_topic_word(topic_word, self.observed.shape[1])
-        phi_t = np.ascontiguousarray(phi.T)  # rows gathered by word, in the fold-in and here
+        if phi_t is None:
+            phi_t = np.ascontiguousarray(phi.T)  # rows gathered by word, in the fold-in and here
+        elif phi_t.shape != phi.shape[::-1] or phi_t.dtype != np.float64 or not phi_t.flags.c_contiguous:
+            raise ValueError(f"phi_t must be the C-contiguous float64 transpose of the {phi.shape} model")
         theta = fold_in(phi, self.observed, alpha=alpha, n_iter=n_iter, phi_t=phi_t)
         log_likelihood = _held_out_loglik(theta, phi_t, self.held_doc, self.held_word)
         return CompletionLogLikelihood(loglik=log_likelihood, n_eval_tokens=int(self.held_word.size),

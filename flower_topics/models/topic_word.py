@@ -1,8 +1,9 @@
-"""The one row normalizer every method's topic-word matrix goes through."""
+"""The one row normalizer every method's topic-word matrix goes through, and its compiled form for integer counts."""
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 
 def normalize_rows(matrix: np.ndarray, prior: float = 0.0, *, clamp: bool = False) -> np.ndarray:
@@ -32,3 +33,125 @@ def normalize_rows(matrix: np.ndarray, prior: float = 0.0, *, clamp: bool = Fals
     np.divide(m, totals, out=m, where=totals > 0)
     m[totals[:, 0] <= 0] = 1.0 / m.shape[1]
     return m
+
+
+def counts_model(counts: np.ndarray, prior: float, *, transposed: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The topic-word matrix of non-negative integer ``counts`` and a positive ``prior``, as the evaluation
+    scores it, in one compiled pass per block of topics: ``phi = p / p.sum(1)`` with ``p = (n_kw + prior) /
+    (n_k + V prior)``, the same bits as ``normalize_rows(counts, prior)`` divided again by its row sums (numpy's
+    pairwise summation of each row, reproduced); with ``transposed``, also ``phi.T`` as a C-contiguous array.
+
+    Parameters
+    ----------
+    counts : np.ndarray
+        ``(K, V)`` integers ``>= 0`` (checked by the caller).
+    prior : float
+        ``> 0``.
+    transposed : bool (default: False)
+        Also return ``phi.T`` (``V x K``), written from the same block (no second pass over ``phi``).
+
+    Returns
+    -------
+    tuple
+        ``phi`` (``K x V`` float64) and ``phi.T`` (or None).
+    """
+    counts = np.ascontiguousarray(counts)
+    if counts.ndim != 2 or not prior > 0:
+        raise ValueError("need (K, V) counts and a positive prior")
+    phi = np.empty(counts.shape)
+    phi_t = np.empty((counts.shape[1], counts.shape[0]) if transposed else (0, 0))
+    _counts_model_kernel(counts, float(prior), phi, phi_t)
+    return phi, (phi_t if transposed else None)
+
+
+#: Topics a block of :func:`_counts_model_kernel` holds (8 doubles: one cache line of ``phi.T`` a word).
+_BLOCK = 8
+
+
+@njit(cache=True, nogil=True)  # no fastmath: the sums must be numpy's, in numpy's order
+def _block_sum(a: np.ndarray, lo: int, n: int) -> float:  # pragma: no cover - compiled
+    """numpy's pairwise summation of a block of at most 128 values: plain below 8, else 8 accumulators."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    end = n - n % 8
+    while i < end:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True, nogil=True)
+def _pairwise_sum(a: np.ndarray) -> float:  # pragma: no cover - compiled
+    """numpy's pairwise summation of ``a`` (``pairwise_sum`` of its ``loops_utils``; the same bits as
+    ``a.sum()``): blocks of at most 128 by :func:`_block_sum`, above that the two halves (split at a multiple
+    of 8) summed and added. Written with an explicit stack (numba's cache cannot hold a recursive function)."""
+    starts = np.empty(64, np.int64)
+    sizes = np.empty(64, np.int64)
+    stages = np.empty(64, np.int64)
+    partial = np.empty(64)
+    depth, done = 1, 0
+    starts[0], sizes[0], stages[0] = 0, a.size, 0
+    while depth:
+        top = depth - 1
+        lo, n = starts[top], sizes[top]
+        if n <= 128:
+            partial[done] = _block_sum(a, lo, n)
+            done += 1
+            depth -= 1
+            continue
+        half = n // 2
+        half -= half % 8
+        if stages[top] == 0:  # the left half first
+            stages[top] = 1
+            starts[depth], sizes[depth], stages[depth] = lo, half, 0
+            depth += 1
+        elif stages[top] == 1:  # then the right
+            stages[top] = 2
+            starts[depth], sizes[depth], stages[depth] = lo + half, n - half, 0
+            depth += 1
+        else:  # both summed: left + right
+            done -= 1
+            partial[done - 1] = partial[done - 1] + partial[done]
+            depth -= 1
+    return partial[0]
+
+
+@njit(cache=True, nogil=True)
+def _counts_model_kernel(counts, prior, phi, phi_t):  # pragma: no cover - compiled
+    """:func:`counts_model`: for each block of topics, each row ``(n + prior) / sum`` then ``/ sum`` again into
+    ``phi``, and the block's columns into ``phi_t`` one word (a cache line) at a time when it is not empty."""
+    n_topics, n_words = counts.shape
+    for k0 in range(0, n_topics, _BLOCK):
+        k1 = min(k0 + _BLOCK, n_topics)
+        for k in range(k0, k1):
+            row = phi[k]
+            for w in range(n_words):
+                row[w] = float(counts[k, w]) + prior
+            total = _pairwise_sum(row)
+            for w in range(n_words):
+                row[w] = row[w] / total
+            total = _pairwise_sum(row)
+            for w in range(n_words):
+                row[w] = row[w] / total
+        if phi_t.shape[0]:
+            for w in range(n_words):
+                for k in range(k0, k1):
+                    phi_t[w, k] = phi[k, w]
