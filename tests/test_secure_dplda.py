@@ -94,6 +94,38 @@ def _violations(settings: DPLDASettings, release_settings: DPLDASettings, n: int
     return float(np.concatenate([upper, lower]).max())
 
 
+def _numpy_integer_rounding(entries, rows, uniforms, quantum, bound):
+    """The integer encoding written with numpy (the formulation before the compiled one)."""
+    scaled = entries * quantum
+    low = np.floor(scaled)
+    rounded = low + (uniforms < scaled - low)
+    if bound is None:
+        return rounded
+    norms = np.sqrt(np.bincount(rows, weights=np.einsum("nk,nk->n", rounded, rounded), minlength=rows.max() + 1))
+    return np.where((norms <= bound)[rows][:, None], rounded, low)
+
+
+@pytest.mark.parametrize("bound", [None, 3.0, 6.5])
+def test_the_compiled_integer_encoding_is_the_numpy_formulation_and_never_exceeds_its_bound(bound):
+    rng = np.random.default_rng(0 if bound is None else int(bound * 10))
+    lengths = rng.integers(1, 9, size=200)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    rows = np.repeat(np.arange(lengths.size), lengths)
+    entries = rng.exponential(0.3, size=(indptr[-1], 5))
+    if bound is not None:  # clipped first, as in the E-step: norm at most bound / quantum
+        norms = np.sqrt(np.bincount(rows, weights=(entries ** 2).sum(axis=1)))
+        entries *= np.minimum(1.0, bound / 4.0 / norms)[rows][:, None]
+    uniforms = rng.random(entries.shape)
+    expected = _numpy_integer_rounding(entries, rows, uniforms, 4.0, bound)
+    got = entries.copy()
+    svi._integer_rounding(got, indptr, uniforms, 4.0, -1.0 if bound is None else bound)
+    assert np.array_equal(got, expected) and np.all(got == np.round(got))
+    if bound is not None:
+        norms = np.sqrt(np.bincount(rows, weights=(got ** 2).sum(axis=1)))
+        assert norms.max() <= bound and (np.floor(entries * 4.0) != got).any()  # some rounded up, none over
+        assert (_numpy_integer_rounding(entries, rows, uniforms, 4.0, None) != got).any()  # some docs held down
+
+
 def test_a_secure_release_respects_its_per_round_bound_and_a_weaker_noise_fails_the_check():
     settings = _settings()
     assert _violations(settings, settings) <= 0.0

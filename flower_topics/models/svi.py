@@ -151,12 +151,8 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     if quantum is not None:
         if rng is None:
             raise ValueError("the integer encoding needs the party's randomness (rng)")
-        scaled = entries * quantum
-        entries = np.floor(scaled)
-        rounded = entries + (rng.random(scaled.shape) < scaled - entries)
-        keep = np.ones(n_docs, dtype=bool) if clip is None else np.sqrt(np.bincount(
-            rows, weights=np.einsum("nk,nk->n", rounded, rounded), minlength=n_docs)) <= clip * quantum
-        entries = np.where(keep[rows][:, None], rounded, entries)
+        _integer_rounding(entries, indptr, rng.random(entries.shape), float(quantum),
+                          -1.0 if clip is None else float(clip * quantum))
     spread = sp.csr_matrix((np.ones(rows.size), (counts.indices, np.arange(rows.size))),
                            shape=(counts.shape[1], rows.size))
     statistic = np.ascontiguousarray((spread @ entries).T)
@@ -256,6 +252,29 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_
             scale = counts[j] / _word_norm(theta, beta_t, w)
             for k in range(n_topics):
                 entries_out[j, k] = scale * theta[k] * beta_t[w, k]
+
+
+@njit(cache=True, nogil=True)
+def _integer_rounding(entries, indptr, uniforms, quantum, bound):  # pragma: no cover - compiled
+    """:func:`e_step`'s integer encoding in place, document by document: each cell ``x quantum`` rounded up
+    when its uniform is below the fractional part, else down; a document whose rounded vector has L2 norm
+    above ``bound`` (``< 0``: no bound) is rounded down in every cell instead. The squared norm of an integer
+    vector is a sum of integers, exact in any order."""
+    n_topics = entries.shape[1]
+    for d in range(indptr.size - 1):
+        squares = 0.0
+        for j in range(indptr[d], indptr[d + 1]):
+            for k in range(n_topics):
+                scaled = entries[j, k] * quantum
+                low = np.floor(scaled)
+                value = low + 1.0 if uniforms[j, k] < scaled - low else low
+                squares += value * value
+        up = bound < 0 or np.sqrt(squares) <= bound
+        for j in range(indptr[d], indptr[d + 1]):
+            for k in range(n_topics):
+                scaled = entries[j, k] * quantum
+                low = np.floor(scaled)
+                entries[j, k] = low + 1.0 if up and uniforms[j, k] < scaled - low else low
 
 
 def document_counts(corpus: Corpus) -> sp.csr_matrix:
