@@ -36,6 +36,9 @@ PARTIES = 5
 def public_vocabulary(dataset: str, size: int, path: Path) -> Path:
     """The ``size`` words in most training documents (after the default preprocessing), one per line."""
     data = load_run_data(parse_run_config({"dataset": dataset, "max-vocab": size}))
+    if len(data.corpus.vocabulary) > size:  # an OCTIS folder's curated vocabulary.txt is kept as it is
+        raise SystemExit(f"{dataset} has a curated vocabulary of {len(data.corpus.vocabulary)} words: --vocab-size "
+                         f"{size} cannot cut it")
     path.write_text("\n".join(data.corpus.vocabulary) + "\n", encoding="utf-8")
     return path
 

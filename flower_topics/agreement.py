@@ -233,6 +233,10 @@ def merge_candidates(candidates: Sequence[tuple[tuple[str, ...], np.ndarray, int
     else:
         low, high = prep.document_count_bounds(n_docs)
     kept = [w for w, c in totals.items() if low <= c <= high and w not in curated]
+    if curated and prep.max_vocab is not None and len(curated) > prep.max_vocab:
+        logger.warning("vocabulary agreement: max-vocab %d does not cut the curated vocabulary of %d words (an OCTIS "
+                       "folder's vocabulary.txt is kept as it is); to use fewer words, give a vocabulary file",
+                       prep.max_vocab, len(curated))
     if prep.max_vocab is not None and len(kept) > prep.max_vocab:
         kept = sorted(kept, key=lambda w: (-totals[w], w))[: prep.max_vocab]
     return tuple(curated) + tuple(sorted(kept))

@@ -80,6 +80,18 @@ def test_union_sums_document_frequencies_over_parties():
     assert merge_candidates([curated, one], config)[:2] == ("zeta", "alpha")  # kept as listed, unfiltered
 
 
+def test_a_max_vocab_below_a_curated_vocabulary_says_it_does_not_cut_it(caplog):
+    curated = (("zeta", "alpha", "beta"), np.array([0, 0, 0]), 3, True)
+    with caplog.at_level("WARNING", logger="flower_topics"):
+        words = merge_candidates([curated], parse_run_config({"max-vocab": 2}))
+    assert words == ("zeta", "alpha", "beta")
+    assert "max-vocab 2 does not cut the curated vocabulary of 3 words" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="flower_topics"):
+        merge_candidates([curated], parse_run_config({"max-vocab": 3}))
+    assert "max-vocab" not in caplog.text
+
+
 def _candidates_sent(tmp_path, node_config, config=None):
     """The union candidates party a sends: 40 topic documents, 'smith' in one, 'jones' in two, 'brown' in three."""
     a = tmp_path / "rare.jsonl"
