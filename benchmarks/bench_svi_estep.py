@@ -5,7 +5,7 @@
 
 One batch: each training document of the corpus kept with probability ``--sample-rate`` (a
 dplda round's Poisson sample of one party holding every document), as ``D x V`` counts.
-Side by side, one thread each (``threadpool_limits(1)``, ``n_jobs=1``), the same topics
+Side by side, one thread each (``threads=1``, ``threadpool_limits(1)``, ``n_jobs=1``), the same topics
 (``lambda`` drawn once from Gamma(100, 1/100) like both libraries' initializations), alpha
 and stopping rule (at most 100 gamma updates a document, stop when the mean absolute change
 falls below 1e-3):
@@ -66,7 +66,7 @@ def main() -> None:
     print(f"{args.dataset}: batch of {batch.shape[0]} documents, {int(batch.sum())} tokens, V={batch.shape[1]}")
     for k in args.topics:
         lam = rng.gamma(100.0, 0.01, size=(k, batch.shape[1]))
-        ours_fn = lambda: e_step(lam, batch, alpha=args.alpha, clip=None, max_iter=100, tol=1e-3)  # noqa: E731
+        ours_fn = lambda: e_step(lam, batch, alpha=args.alpha, clip=None, max_iter=100, tol=1e-3, threads=1)  # noqa: E731
         sk = LatentDirichletAllocation(n_components=k, doc_topic_prior=args.alpha, learning_method="online",
                                        max_doc_update_iter=100, mean_change_tol=1e-3, n_jobs=1,
                                        random_state=args.seed)
