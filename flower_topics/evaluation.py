@@ -320,11 +320,11 @@ class PartyScorer:
         """
         config = content[CONFIG]
         phi, phi_t = received_model_and_transpose(content, self.training.n_words)
-        _, word_ids = coherence_word_ids(phi, 10)
+        _, word_ids = coherence_word_ids(phi, 10, check_input=False)  # checked as it was received
         alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
         if seed not in self._halves:
             self._halves[seed] = completion_halves(self.heldout, seed=seed)
-        held = self._halves[seed].loglik(phi, alpha=alpha, n_iter=n_iter, phi_t=phi_t)
+        held = self._halves[seed].loglik(phi, alpha=alpha, n_iter=n_iter, phi_t=phi_t, check_input=False)
         if self._presence is None:
             self._presence = document_presence(self.training)
         co_doc_freq = presence_cooccurrence(self._presence, word_ids)

@@ -451,3 +451,22 @@ def test_a_completion_loglik_refuses_a_transpose_that_is_not_the_models() -> Non
     assert given.loglik == halves.loglik(phi).loglik
     with pytest.raises(ValueError, match="transpose"):
         halves.loglik(phi, phi_t=np.asfortranarray(phi.T))  # phi itself, viewed transposed: not C-contiguous
+
+
+def test_skipping_the_check_of_a_checked_model_changes_no_result() -> None:
+    """A party checks the model as it receives it and then ranks and folds in without checking it again."""
+    from flower_topics.metrics.coherence import coherence_word_ids
+    from flower_topics.metrics.inference import top_word_indices
+    from flower_topics.metrics.perplexity import completion_halves
+
+    rng = np.random.default_rng(4)
+    phi = rng.dirichlet(np.full(30, 0.3), size=4)
+    assert np.array_equal(top_word_indices(phi, 7, check_input=False), top_word_indices(phi, 7))
+    for a, b in zip(coherence_word_ids(phi, 10, check_input=False), coherence_word_ids(phi, 10)):
+        assert np.array_equal(a, b)
+    corpus = Corpus(tokens=rng.integers(0, 30, size=200).astype(np.int32), doc_ptr=np.arange(0, 201, 20),
+                    vocabulary=tuple(f"w{i}" for i in range(30)))
+    halves = completion_halves(corpus, seed=1)
+    assert halves.loglik(phi, check_input=False).loglik == halves.loglik(phi).loglik
+    with pytest.raises(ValueError, match="columns"):
+        halves.loglik(phi[:, :20], check_input=False)

@@ -36,7 +36,8 @@ class CoherenceResult:
     n_absent: int = 0
 
 
-def coherence_word_ids(topic_word: np.ndarray, top_n: int = 10) -> tuple[np.ndarray, np.ndarray]:
+def coherence_word_ids(topic_word: np.ndarray, top_n: int = 10, *, check_input: bool = True
+                       ) -> tuple[np.ndarray, np.ndarray]:
     """Each topic's top words and the set of all of them, as coherence scores them.
 
     Parameters
@@ -45,6 +46,8 @@ def coherence_word_ids(topic_word: np.ndarray, top_n: int = 10) -> tuple[np.ndar
         ``(K, V)`` topic-word matrix.
     top_n : int, default 10
         Number of top words per topic, ``>= 2``; clamped to ``V``.
+    check_input : bool (default: True)
+        As :func:`~flower_topics.metrics.inference.top_word_indices`.
 
     Returns
     -------
@@ -55,7 +58,7 @@ def coherence_word_ids(topic_word: np.ndarray, top_n: int = 10) -> tuple[np.ndar
     """
     _check_top_n(top_n)
     n_words = np.shape(topic_word)[-1] if np.ndim(topic_word) else 1
-    top = top_word_indices(topic_word, min(top_n, max(n_words, 1)))  # it checks the matrix
+    top = top_word_indices(topic_word, min(top_n, max(n_words, 1)), check_input=check_input)
     return top, np.unique(top)
 
 

@@ -156,10 +156,13 @@ class CompletionHalves:
     n_docs: int
 
     def loglik(self, topic_word: np.ndarray, *, alpha: float = 0.01, n_iter: int = 100,
-               phi_t: np.ndarray | None = None) -> CompletionLogLikelihood:
+               phi_t: np.ndarray | None = None, check_input: bool = True) -> CompletionLogLikelihood:
         """The sums of :func:`completion_loglik` for ``topic_word`` (``(K, V)``, rows summing to 1); ``phi_t`` is
-        its transpose as a C-contiguous float64 array when the caller has made it (else made here)."""
-        phi = check_topic_word(topic_word, self.observed.shape[1])
+        its transpose as a C-contiguous float64 array when the caller has made it (else made here);
+        ``check_input=False`` skips :func:`check_topic_word` of a float64 matrix the caller has checked."""
+        phi = check_topic_word(topic_word, self.observed.shape[1]) if check_input else topic_word
+        if phi.shape[1] != self.observed.shape[1]:
+            raise ValueError(f"the model has {phi.shape[1]} columns, the documents {self.observed.shape[1]} words")
         if phi_t is None:
             phi_t = np.ascontiguousarray(phi.T)  # rows gathered by word, in the fold-in and here
         elif phi_t.shape != phi.shape[::-1] or phi_t.dtype != np.float64 or not phi_t.flags.c_contiguous:
