@@ -388,20 +388,19 @@ def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray
     ``phi`` is the matrix the parties hold (sent, or built from the counts sent) and took their
     top words from; ``top`` its :func:`coherence_word_ids` at 10 words, when the caller has them.
     """
-    topic_word = phi
     top_ids, word_ids = coherence_word_ids(phi, 10) if top is None else top
     held = sum((p.held for p in parts), HeldOut(0.0, 0, 0))
     co = sum((p.co for p in parts), Cooccurrence(0, np.zeros(word_ids.size, np.int64),
                                                   np.zeros((word_ids.size, word_ids.size), np.int64)))
     metrics: dict[str, float | int] = {"n_eval_tokens": held.n_tokens, "n_oov": held.n_oov,
-                                       "diversity": topic_diversity(topic_word), "eval_parties": len(parts)}
+                                       "diversity": topic_diversity(phi), "eval_parties": len(parts)}
     if held.n_tokens:
         metrics["perplexity"] = held.perplexity
     if co.n_docs and top_ids.shape[1] >= 2:
         metrics["npmi"], metrics["umass"] = coherence_from_counts(top_ids, word_ids, co)
     names = sorted({name for p in parts for name in p.labels})
     if names:
-        table = np.zeros((topic_word.shape[0], len(names)), dtype=np.int64)
+        table = np.zeros((phi.shape[0], len(names)), dtype=np.int64)
         column = {name: j for j, name in enumerate(names)}
         for p in parts:
             for j, name in enumerate(p.labels):

@@ -262,6 +262,7 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
     theta = np.empty((counts.shape[0], phi.shape[0]))
     indptr, indices = counts.indptr.astype(np.int64), counts.indices.astype(np.int64)
     phi_t = np.ascontiguousarray(phi.T) if phi_t is None else phi_t
+
     def run(first: int, last: int) -> None:
         lo, hi = indptr[first], indptr[last]
         _fold_in_kernel(indptr[first:last + 1] - lo, indices[lo:hi], counts.data[lo:hi], phi_t, float(alpha),

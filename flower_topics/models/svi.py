@@ -163,8 +163,7 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
 def _exp_digamma(x: float) -> float:  # pragma: no cover - numba
     """``exp(psi(x))`` for x > 0: the recurrence ``psi(x) = psi(x + 1) - 1 / x`` up to ``y >= 6``, then the
     asymptotic series (Abramowitz and Stegun 6.3.18), ``psi(y) = log(y) + r``, returned as ``y exp(r)`` (one
-    ``exp``, no ``log``). The recurrence's ``sum_i 1 / (x + i)`` is kept as one fraction ``num / den`` (one
-    division instead of up to six: ``a / b + 1 / y = (a y + b) / (b y)``)."""
+    ``exp``, no ``log``)."""
     shift = 0.0
     while x < 6.0:
         shift -= 1.0 / x
