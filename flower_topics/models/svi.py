@@ -132,30 +132,28 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     counts.sum_duplicates()
     counts.eliminate_zeros()
     n_docs = counts.shape[0]
-    rows = np.repeat(np.arange(n_docs), np.diff(counts.indptr))
-    beta_t = np.ascontiguousarray(np.exp(expected_log_dirichlet(lam)).T)  # V x K
+    beta_t = np.empty((lam.shape[1], n_topics))  # V x K: exp(E[log beta_kw])
+    _exp_expected_log_beta_t(lam, lam.sum(axis=1), beta_t)
     gamma = np.empty((n_docs, n_topics))
-    entries = np.empty((counts.nnz, n_topics))  # n_dw phi_dwk
+    entries = np.empty((counts.nnz, n_topics))  # n_dw phi_dwk, clipped
+    norms = np.empty(n_docs)
     indptr, indices = counts.indptr.astype(np.int64), counts.indices.astype(np.int64)
+    bound = -1.0 if clip is None else float(clip)
 
     def run(first: int, last: int) -> None:
         lo, hi = indptr[first], indptr[last]
         _e_step_kernel(indptr[first:last + 1] - lo, indices[lo:hi], counts.data[lo:hi], beta_t, float(alpha),
-                       int(max_iter), float(tol), gamma[first:last], entries[lo:hi])
+                       int(max_iter), float(tol), bound, gamma[first:last], entries[lo:hi], norms[first:last])
 
     over_documents(indptr, run, threads)
-    norms = np.sqrt(np.bincount(rows, weights=np.einsum("nk,nk->n", entries, entries), minlength=n_docs))
-    if clip is not None:
-        scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
-        entries *= scale[rows][:, None]
     if quantum is not None:
         if rng is None:
             raise ValueError("the integer encoding needs the party's randomness (rng)")
         _integer_rounding(entries, indptr, rng.random(entries.shape), float(quantum),
                           -1.0 if clip is None else float(clip * quantum))
-    spread = sp.csr_matrix((np.ones(rows.size), (counts.indices, np.arange(rows.size))),
-                           shape=(counts.shape[1], rows.size))
-    statistic = np.ascontiguousarray((spread @ entries).T)
+    statistic_t = np.zeros((counts.shape[1], n_topics))
+    _add_by_word(entries, indices, statistic_t)
+    statistic = np.ascontiguousarray(statistic_t.T)
     return ExpectedStatistics(statistic, norms, gamma, clip)
 
 
@@ -215,14 +213,16 @@ def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha): 
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_out, entries_out):  # pragma: no cover
-    """Hoffman et al.'s E-step, one document after the other (compiled).
+def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, gamma_out, entries_out,
+                   norms_out):  # pragma: no cover - compiled
+    """Hoffman et al.'s E-step with Park et al.'s clipping, one document after the other (compiled).
 
     For document ``d`` (its non-zero counts ``indptr[d]:indptr[d + 1]``): start from
     ``gamma = alpha + N_d / K``; update ``gamma <- alpha + sum_w n_dw phi_dw`` with
     ``phi_dwk ~ exp(E[log theta_dk]) exp(E[log beta_kw])`` at most ``max_iter`` times, stopping
-    once the mean absolute change of its gamma is below ``tol``; then write its gamma and
-    ``n_dw phi_dwk`` at that gamma (the only pass that forms ``phi``).
+    once the mean absolute change of its gamma is below ``tol``; then write its gamma, the
+    Frobenius norm of its statistic ``s_d = (n_dw phi_dwk)`` at that gamma (the only pass that
+    forms ``phi``) and ``s_d min(1, clip / ||s_d||)`` (``clip < 0``: ``s_d`` as it is).
     """
     n_topics = beta_t.shape[1]
     theta = np.empty(n_topics)
@@ -246,11 +246,41 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, gamma_
             if change / n_topics < tol:
                 break
         _expected_theta(gamma, theta)
+        squares = 0.0
         for j in range(start, end):
             w = indices[j]
             scale = counts[j] / _word_norm(theta, beta_t, w)
             for k in range(n_topics):
-                entries_out[j, k] = scale * theta[k] * beta_t[w, k]
+                entry = scale * theta[k] * beta_t[w, k]
+                entries_out[j, k] = entry
+                squares += entry * entry
+        norm = np.sqrt(squares)
+        norms_out[d] = norm
+        if clip >= 0 and norm > clip:
+            shrink = clip / norm
+            for j in range(start, end):
+                for k in range(n_topics):
+                    entries_out[j, k] *= shrink
+
+
+@njit(cache=True, nogil=True)
+def _exp_expected_log_beta_t(lam, row_sums, out):  # pragma: no cover - compiled
+    """``out[w, k] = exp(E[log beta_kw]) = exp(psi(lambda_kw)) / exp(psi(sum_v lambda_kv))``, word-major (V x K)."""
+    n_topics, n_words = lam.shape
+    for k in range(n_topics):
+        total = _exp_digamma(row_sums[k])
+        for w in range(n_words):
+            out[w, k] = _exp_digamma(lam[k, w]) / total
+
+
+@njit(cache=True, nogil=True)
+def _add_by_word(entries, indices, out):  # pragma: no cover - compiled
+    """``out[w] += entries[j]`` for every ``j`` with ``indices[j] = w``, in the order of ``j`` (the
+    document-term matrix's, so that the sum is the same whatever the threads of the E-step)."""
+    for j in range(indices.size):
+        w = indices[j]
+        for k in range(entries.shape[1]):
+            out[w, k] += entries[j, k]
 
 
 @njit(cache=True, nogil=True)
