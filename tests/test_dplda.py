@@ -310,6 +310,17 @@ def test_the_natural_gradient_step_and_the_noise_variance_by_hand():
     assert metrics["noise-std"] == pytest.approx(np.sqrt(72.0))
 
 
+def test_every_node_of_a_round_gets_the_public_lambda_of_that_rounds_state():
+    strategy = _strategy()
+    first = strategy.initial_arrays()
+    sent = [strategy.node_arrays(1, node, first)[LAMBDA_KEY].numpy() for node in (1, 2)]
+    expected = strategy.public(first).astype(np.float32)
+    assert all(np.array_equal(a, expected) for a in sent)
+    _, (second, _) = _round(strategy, 1, first, [[[1.0, 2.0, 5.0], [4.0, 0.5, 3.0]]])
+    after = strategy.node_arrays(2, 1, second)[LAMBDA_KEY].numpy()  # computed once a round: never a stale state
+    assert np.array_equal(after, strategy.public(second).astype(np.float32)) and not np.array_equal(after, expected)
+
+
 def test_public_lambda_thresholds_and_spreads_the_background_by_hand():
     from flower_topics.strategies.dplda import public_lambda
 

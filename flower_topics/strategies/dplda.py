@@ -123,6 +123,7 @@ class DPLDA(TopicStrategy):
         self.eta, self.tau0, self.kappa, self.threshold, self.background = eta, tau0, kappa, threshold, background
         self.init = init
         self.updates = 0
+        self._lambda_sent: tuple[ArrayRecord, ArrayRecord] | None = None  # a global state, what nodes receive of it
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "DPLDA":
@@ -149,8 +150,11 @@ class DPLDA(TopicStrategy):
                              background=self.background if variance > 0 else 0.0)
 
     def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
-        """The public ``lambda`` as float32 (half the bytes; the parties' E-step needs no more)."""
-        return ArrayRecord({wire.LAMBDA_KEY: Array(self.public(arrays).astype(np.float32))})
+        """The public ``lambda`` as float32 (half the bytes; the parties' E-step needs no more), computed once for
+        all the nodes of a round (the same global state)."""
+        if self._lambda_sent is None or self._lambda_sent[0] is not arrays:
+            self._lambda_sent = (arrays, ArrayRecord({wire.LAMBDA_KEY: Array(self.public(arrays).astype(np.float32))}))
+        return self._lambda_sent[1]
 
     def topic_word(self, arrays: ArrayRecord) -> np.ndarray:
         """``E[beta_k]`` of the public ``lambda``: its rows normalized."""
