@@ -35,7 +35,7 @@ def over_documents(indptr: np.ndarray, run: Callable[[int, int], None], threads:
     if threads is None:
         threads = numba.get_num_threads() if nnz >= PARALLEL_MIN_ENTRIES else 1
     inner = np.searchsorted(indptr, np.linspace(0, nnz, max(1, threads) + 1)[1:-1], side="left")
-    bounds = np.unique(np.concatenate([[0], np.minimum(inner, n_docs), [n_docs]]))  # every document in one run
+    bounds = np.unique(np.concatenate([[0], inner, [n_docs]]))  # every document in one run
     chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     if len(chunks) <= 1:
         for first, last in chunks:

@@ -41,15 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
-from scipy.special import digamma
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.document_threads import over_documents
-
-
-def expected_log_dirichlet(parameters: np.ndarray) -> np.ndarray:
-    """``E[log x]`` under ``Dir(parameters)``, row by row: ``psi(a_i) - psi(sum_j a_j)``."""
-    return digamma(parameters) - digamma(parameters.sum(axis=-1, keepdims=True))
 
 
 @dataclass(frozen=True)
