@@ -322,15 +322,28 @@ def submit(app_dir: Path, flwr_home: Path, run_config: Sequence[str]) -> int:
         raise RuntimeError(f"flwr run failed: {out.stdout}{out.stderr}") from None
 
 
+#: Seconds between two status reads of :func:`wait_for_run`: the first, and the most it grows to (by half each time).
+POLL_FIRST, POLL_MOST = 1.0, 5.0
+
+
 def wait_for_run(app_dir: Path, flwr_home: Path, run_id: int, timeout: float, connection: str = CONNECTION) -> str:
-    """Wait until run ``run_id`` has finished; returns its final status."""
+    """Wait until run ``run_id`` has finished; returns its final status.
+
+    Each read is a ``flwr ls`` process (about 2 s of CPU to start Python and import Flower's CLI), so the pause
+    between reads grows from :data:`POLL_FIRST` to :data:`POLL_MOST` seconds: read every second for minutes,
+    it took about half a core from the run it waits for on a 2-core machine.
+    """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    pause = POLL_FIRST
+    while True:
         status = run_status(app_dir, flwr_home, run_id, connection)
         if status.startswith("finished"):
             return status
-        time.sleep(1.0)
-    raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
+        time.sleep(min(pause, left))
+        pause = min(POLL_MOST, pause * 1.5)
 
 
 def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> tuple[int, str] | None:

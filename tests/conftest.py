@@ -23,18 +23,20 @@ def corpus_cache_in_session_tmp(tmp_path_factory):
         os.environ.pop(CACHE_ENV, None)
 
 
-#: Test files that start real SuperLink/SuperNode processes on the deployment engine. Under
-#: ``pytest -n N --dist loadgroup`` (the README's test command) they share one worker, one
-#: after the other, so that two deployments never compete for the CPU (their round timeouts
-#: are set for one at a time); every other file is a group of its own, as with ``loadfile``.
-SERIAL_DEPLOYMENT_FILES = frozenset({"test_deployment_tls.py", "test_deployment_faults.py"})
+#: Test files that start real SuperLink/SuperNode processes on the deployment engine: the longest files of the
+#: suite (4 to 8 minutes each). Under the README's test command (``pytest -n 2 --dist loadfile
+#: --no-loadscope-reorder``: whole files to each worker, in collection order) they come first, so that they start
+#: at once, one on each worker, and the other files fill in around them. (Until 2026-11-26 they were meant to share
+#: one worker through ``--dist loadgroup``; with pytest 9.2 xdist 3.8's loadgroup silently stopped grouping,
+#: pytest-dev/pytest-xdist#1386, and they had in fact run side by side, split test by test.)
+DEPLOYMENT_FILES = ("test_deployment_faults.py", "test_deployment_tls.py")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Give each test its file as ``xdist_group``, the deployment files one group together."""
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        name = path.rsplit("/", 1)[-1]
-        group = "deployment" if name in SERIAL_DEPLOYMENT_FILES else path
-        item.add_marker(pytest.mark.xdist_group(group))
+    """The deployment files' tests first (faults, then TLS); every other test keeps its place."""
+    def rank(item) -> int:
+        name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        return DEPLOYMENT_FILES.index(name) if name in DEPLOYMENT_FILES else len(DEPLOYMENT_FILES)
+
+    items.sort(key=rank)

@@ -42,7 +42,7 @@ import pytest
 
 from flower_topics.config import parse_run_config
 from flower_topics.data.node_data import load_node_documents
-from flower_topics.launch import run_status, stop, submit, wait_for_run
+from flower_topics.launch import run_status, stop, submit
 from flower_topics.outputs import read_metrics
 from flower_topics.wire import lda as lda_wire
 from tests.deployment import (
@@ -60,6 +60,7 @@ from tests.deployment import (
     signal_tree,
     start_supernode,
     tls_superlink,
+    wait_for_outputs,
     write_tls_connection,
 )
 
@@ -209,23 +210,9 @@ def _wait_until(fed: Federation, run_id: int, condition, timeout: float, what: s
 
 
 def _finish(fed: Federation, run_id: int, out: Path, name: str) -> tuple[list[dict], str]:
-    """Wait for the run; assert it completed; its metrics rows and its log.
-
-    ``flwr ls`` is a Python process of its own: polled every second for minutes it takes a good part of a core
-    from the run on a 2-core machine. The run's files are watched instead, and its status read every 20 s until
-    its outputs are there (or it ended without them).
-    """
-    deadline = time.monotonic() + RUN_TIMEOUT
-    last_check = time.monotonic()
-    while time.monotonic() < deadline and not (out / "state.npz").exists():
-        if fed.link.poll() is not None:
-            raise RuntimeError(f"the SuperLink exited with status {fed.link.returncode}; its log is in {fed.logs}")
-        if time.monotonic() - last_check > 20:
-            if run_status(ROOT, fed.home, run_id).startswith("finished"):
-                break
-            last_check = time.monotonic()
-        time.sleep(0.5)
-    status = wait_for_run(ROOT, fed.home, run_id, timeout=max(60.0, deadline - time.monotonic()))
+    """Wait for the run (its outputs, :func:`tests.deployment.wait_for_outputs`); assert it completed; its
+    metrics rows and its log."""
+    status = wait_for_outputs(ROOT, fed.home, run_id, out, [fed.link], RUN_TIMEOUT)
     log = run_log(fed.home, run_id, ROOT)
     (out.parent / "run.log").write_text(log, encoding="utf-8")  # kept beside the outputs for a look after a failure
     assert status == "finished:completed", f"{name}: {status}\n--- flwr log {run_id} --show\n{log[-6000:]}"

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.launch import submit, wait_for_run
+from flower_topics.launch import submit
 from flower_topics.model_file import load_model
 from flower_topics.outputs import read_metrics
 from tests.test_e2e_flower import listening_addresses
@@ -35,11 +35,12 @@ from tests.deployment import (
     tls_superlink,
     tls_supernode,
     wait_for_exit,
+    wait_for_outputs,
     write_tls_connection,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DEBIAN = Path("/work/shared/datasets/debian_descriptions/corpus.jsonl")
+DEBIAN = ROOT.parent / "shared" / "datasets" / "debian_descriptions" / "corpus.jsonl"
 PER_LABEL = 75  # documents per Debian section: 150 per party
 PARTY_LABELS = {"a": ("games", "science"), "b": ("net", "admin")}
 NO_CORPUS = "/nonexistent/server-has-no-corpus"
@@ -146,7 +147,8 @@ def test_tls_authenticated_deployment_each_party_its_own_corpus(tmp_path, monkey
                 run_started = time.monotonic()
                 run_id = submit(ROOT, home, [_config(settings, tmp_path / name)])
                 listening.update(listening_addresses())  # the SuperLink, the SuperNodes and their apps
-                statuses[name] = wait_for_run(ROOT, home, run_id, timeout=240)
+                statuses[name] = wait_for_outputs(ROOT, home, run_id, tmp_path / name, [link, node_a, node_b],
+                                                  timeout=240)
                 print(f"{name}: run {run_id} {statuses[name]} in {time.monotonic() - run_started:.1f} s")
                 assert statuses[name] == "finished:completed", (
                     f"{name}: {statuses[name]}\n--- flwr log {run_id} --show\n"
