@@ -254,7 +254,8 @@ def _report(name: str, rows: list[dict], fault_rounds: set[int], wall: float) ->
 
 
 @pytest.mark.timeout(900)
-def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_tokens_once(federation, tmp_path):
+def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_tokens_once(federation, tmp_path,
+                                                                                          app_dir):
     """``lda``, 3 SuperNodes, 5 rounds: SuperNode 1 is SIGKILLed once round 2's messages went out, and started
     again with the same key and node config as soon as the SuperLink lists it offline.
 
@@ -276,7 +277,7 @@ def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_
     out = tmp_path / "run"
     config = {**COMMON, "method": "lda", "num-rounds": 5, "round-timeout": ROUND_TIMEOUT, "output-dir": str(out),
               "min-nodes": PARTIES}
-    run_id = submit(ROOT, fed.home, [_run_config(config)])
+    run_id = submit(app_dir, fed.home, [_run_config(config)])
     victim = 1
     _wait_until(fed, run_id, lambda: _released_round(out) >= 2, RUN_TIMEOUT, "round 2's training messages")
     fed.remember_children()
@@ -318,7 +319,7 @@ def test_a_killed_supernode_restarted_with_its_state_dir_rejoins_and_counts_its_
 
 
 @pytest.mark.timeout(900)
-def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(federation, tmp_path):
+def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(federation, tmp_path, app_dir):
     """``lda`` with ``min-replies=3``, 4 rounds: SuperNode 2's processes are SIGSTOPped once round 2's messages went
     out. Round 2 ends at ``round-timeout`` with 2 valid replies of the 3 needed: the global model stays as it was
     (``model_held``), and the two others roll their round-2 assignments back (``last-applied-round``). The node is
@@ -335,7 +336,7 @@ def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(
     out = tmp_path / "run"
     config = {**COMMON, "method": "lda", "num-rounds": 4, "round-timeout": HANG_TIMEOUT, "min-replies": 3,
               "output-dir": str(out)}
-    run_id = submit(ROOT, fed.home, [_run_config(config)])
+    run_id = submit(app_dir, fed.home, [_run_config(config)])
     victim = 2
     node_log = fed.logs / f"node-{victim}.log"  # shared with the module's other runs: count from here
     sent_earlier = node_log.read_text(errors="replace").count("Sending: train.lda")
@@ -379,7 +380,7 @@ def test_a_hung_supernode_times_its_round_out_and_its_late_reply_is_not_applied(
 
 
 @pytest.mark.timeout(900)
-def test_secure_lda_survives_a_party_killed_after_the_share_stage(federation, tmp_path):
+def test_secure_lda_survives_a_party_killed_after_the_share_stage(federation, tmp_path, app_dir):
     """``lda`` with ``secure-aggregation=true`` and tolerance 1 (Shamir threshold 2 of 3), 1 round: SuperNode 0 is
     SIGKILLed once the round's key and share stages are done and its training message went out, so the two others
     mask their count changes with pairwise masks made with its keys. The training stage ends at ``round-timeout``
@@ -393,7 +394,7 @@ def test_secure_lda_survives_a_party_killed_after_the_share_stage(federation, tm
     out = tmp_path / "run"
     config = {**COMMON, "method": "lda", "num-rounds": 1, "round-timeout": ROUND_TIMEOUT,
               "secure-aggregation": True, "secure-aggregation-tolerance": 1, "output-dir": str(out)}
-    run_id = submit(ROOT, fed.home, [_run_config(config)])
+    run_id = submit(app_dir, fed.home, [_run_config(config)])
     victim = 0
     _wait_until(fed, run_id, lambda: _released_round(out) >= 1, RUN_TIMEOUT, "round 1's training messages",
                 poll=0.05)

@@ -100,7 +100,7 @@ def _check_run(name: str, out: Path, text_a: str, text_b: str) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_tls_authenticated_deployment_each_party_its_own_corpus(tmp_path, monkeypatch):
+def test_tls_authenticated_deployment_each_party_its_own_corpus(tmp_path, monkeypatch, app_dir):
     started = time.monotonic()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     home, logs = tmp_path / "flwr-home", tmp_path / "logs"
@@ -145,7 +145,7 @@ def test_tls_authenticated_deployment_each_party_its_own_corpus(tmp_path, monkey
             assert online >= registered, list_supernodes(home, ROOT)
             for name, settings in RUNS.items():
                 run_started = time.monotonic()
-                run_id = submit(ROOT, home, [_config(settings, tmp_path / name)])
+                run_id = submit(app_dir, home, [_config(settings, tmp_path / name)])
                 listening.update(listening_addresses())  # the SuperLink, the SuperNodes and their apps
                 statuses[name] = wait_for_outputs(ROOT, home, run_id, tmp_path / name, [link, node_a, node_b],
                                                   timeout=240)

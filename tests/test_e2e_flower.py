@@ -22,8 +22,6 @@ from flower_topics.launch import process_tree, with_superlink
 from flower_topics.model_file import load_model
 from flower_topics.outputs import read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
-
 SMALL = {
     "dataset": "synthetic",
     "synthetic-nodes": 2,
@@ -50,18 +48,18 @@ def _check_outputs(out: Path, rounds: int) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, capsys):
+def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, capsys, app_dir):
     """`flower-topics-superlink flwr run .` exits 0 on a completed run, 1 on a failed one, and 2 on a run
     config the ServerApp would reject (refused before anything is submitted)."""
     monkeypatch.setenv("FLWR_HOME", str(tmp_path / "flwr-home"))
     flwr = str(Path(sys.executable).with_name("flwr"))
     config = " ".join(f"{k}={v!r}" for k, v in {**SMALL, "num-rounds": 2}.items())  # TOML values: strings quoted
     ok = with_superlink([flwr, "run", ".", "--run-config", f"{config} output-dir='{tmp_path / 'ok'}'"],
-                        num_supernodes=2, app_dir=ROOT, timeout=240)
+                        num_supernodes=2, app_dir=app_dir, timeout=240)
     assert ok == 0
     _check_outputs(tmp_path / "ok", 2)
     bad = with_superlink([flwr, "run", ".", "--run-config", f"num-topics=0 output-dir='{tmp_path / 'bad'}'"],
-                         num_supernodes=2, app_dir=ROOT, timeout=240)
+                         num_supernodes=2, app_dir=app_dir, timeout=240)
     assert bad == 2
     assert "'num-topics' = 0 must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
@@ -70,7 +68,7 @@ def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, caps
     missing = tmp_path / "no-such-vocabulary.txt"
     failed = with_superlink([flwr, "run", ".", "--run-config",
                              f"{config} vocabulary='{missing}' output-dir='{tmp_path / 'failed'}'"],
-                            num_supernodes=2, app_dir=ROOT, timeout=240)
+                            num_supernodes=2, app_dir=app_dir, timeout=240)
     assert failed == 1
     err = capsys.readouterr().err
     assert "FAILED (finished:failed" in err
