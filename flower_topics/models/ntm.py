@@ -169,13 +169,17 @@ class ForwardNoise:
 
     @staticmethod
     def zeros(model: "NeuralTopicModel", n_docs: int) -> "ForwardNoise":
-        """No noise: ``eps = 0`` (``z`` is the posterior mean) and no dropout."""
-        dtype = model.dtype
+        """No noise: ``eps = 0`` (``z`` is the posterior mean) and no dropout, on the model's device."""
+        dtype, device = model.dtype, model.device
         return ForwardNoise(
-            torch.zeros(n_docs, model.n_topics, dtype=dtype),
-            torch.ones(n_docs, model.hidden_sizes[-1], dtype=dtype),
-            torch.ones(n_docs, model.n_topics, dtype=dtype),
+            torch.zeros(n_docs, model.n_topics, dtype=dtype, device=device),
+            torch.ones(n_docs, model.hidden_sizes[-1], dtype=dtype, device=device),
+            torch.ones(n_docs, model.n_topics, dtype=dtype, device=device),
         )
+
+    def to(self, device: torch.device) -> "ForwardNoise":
+        """The same noise on ``device``."""
+        return ForwardNoise(self.eps.to(device), self.encoder_mask.to(device), self.theta_mask.to(device))
 
 
 def draw_noise(model: "NeuralTopicModel", n_docs: int, generator: torch.Generator | None = None,
@@ -196,6 +200,8 @@ def draw_noise(model: "NeuralTopicModel", n_docs: int, generator: torch.Generato
     Returns
     -------
     ForwardNoise
+        On the model's device; drawn on the CPU (``generator`` is a CPU generator), so that a model on a GPU
+        sees the same draws as on the CPU.
     """
     dtype = model.dtype
     k, h, p = model.n_topics, model.hidden_sizes[-1], model.dropout
@@ -207,7 +213,8 @@ def draw_noise(model: "NeuralTopicModel", n_docs: int, generator: torch.Generato
         keep = torch.rand(n_docs, cols, generator=generator, dtype=dtype) >= p
         return keep.to(dtype) / (1.0 - p)
 
-    return ForwardNoise(eps, mask(h), mask(k))
+    noise = ForwardNoise(eps, mask(h), mask(k))
+    return noise if model.device.type == "cpu" else noise.to(model.device)
 
 
 class Encoder(nn.Module):
@@ -390,6 +397,11 @@ class NeuralTopicModel(nn.Module):
     def dtype(self) -> torch.dtype:
         """Floating dtype of the parameters."""
         return self.decoder.topics.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the parameters (``model.to("cuda")`` moves them; :func:`fit` trains there)."""
+        return self.decoder.topics.weight.device
 
     @property
     def uses_embeddings(self) -> bool:
@@ -754,13 +766,15 @@ def fit(model: NeuralTopicModel, bow: ArrayLike, emb: ArrayLike | None = None, *
         batch_size: int = 64, lr: float = 2e-3, momentum: float = 0.99, solver: str = "adam",
         reduction: str = "sum", seed: int = 0,
         callback: Callable[[int, float], None] | None = None) -> list[float]:
-    """Centralized training as the library does it (the reference for gFedNTM).
+    """Centralized training as the library does it (the reference for gFedNTM), on the model's device.
 
     Each epoch shuffles the documents (a numpy generator seeded with ``seed``), takes
     mini-batches of ``batch_size``, and steps the optimizer of :func:`make_optimizer` on
     the batch's summed (``reduction="sum"``, the library) or mean negative ELBO. With
     ``norm="batch"`` a trailing batch of one document is skipped (BatchNorm cannot
-    standardize one row in training mode).
+    standardize one row in training mode). Each batch is moved to the model's device (a GPU
+    after ``model.to("cuda")``); the forward pass's noise is drawn on the CPU from the same
+    generator either way.
 
     Parameters
     ----------
@@ -790,9 +804,9 @@ def fit(model: NeuralTopicModel, bow: ArrayLike, emb: ArrayLike | None = None, *
             index = np.sort(order[start:start + batch_size])
             if index.size == 1 and model.norm == "batch":
                 continue
-            x = _rows(bow, index, model.dtype)
+            x = _rows(bow, index, model.dtype).to(model.device)
             e = _rows(emb, index, model.dtype)
-            per_doc = model(x, e, None, generator)
+            per_doc = model(x, None if e is None else e.to(model.device), None, generator)
             loss = per_doc.sum() if reduction == "sum" else per_doc.mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
