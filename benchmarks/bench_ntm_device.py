@@ -6,6 +6,7 @@ Two steps, because the GPU machine has no Flower and no corpora (only torch, num
     python benchmarks/bench_ntm_device.py prepare --out runs/ntm-device/bbc.npz
     # on the GPU machine (the `device` tool), ours and, with --library, the contextualized-topic-models library
     python benchmarks/bench_ntm_device.py time --data runs/ntm-device/bbc.npz --devices cpu cuda --epochs 20
+    # a larger corpus, counts only (ProdLDA): --dataset ../shared/datasets/debian_large/corpus.jsonl --no-embeddings
 
 ``time`` trains each model (K=20, the CTM library's defaults: hidden (100, 100), softplus, dropout 0.2, batch
 64, Adam lr 2e-3) for one untimed epoch, then ``--epochs`` timed epochs, on each device, and prints one JSON
@@ -28,22 +29,23 @@ import scipy.sparse as sp
 import torch
 
 
-def prepare(out: Path) -> None:
-    """BBC News' training documents (train + val of the corpus split) as counts, and their embeddings."""
+def prepare(out: Path, dataset: str, embeddings: bool) -> None:
+    """A corpus' training documents (train + val of its split) as counts, and their embeddings (or none)."""
     from flower_topics.config import parse_run_config
     from flower_topics.data.prepare import load_run_data
     from flower_topics.models.embeddings import embed_documents
 
-    corpus = load_run_data(parse_run_config({"method": "lda", "dataset": "../shared/datasets/BBC_News",
-                                             "num-topics": 20, "seed": 0})).corpus
+    corpus = load_run_data(parse_run_config({"method": "lda", "dataset": dataset, "num-topics": 20, "seed": 0})).corpus
     train = np.flatnonzero(corpus.split != "test")
     bow = corpus.doc_term_matrix().astype(np.float32).tocsr()[train]
-    texts = [" ".join(corpus.words(d)) for d in train]
-    embeddings = embed_documents(texts, cache_dir=out.parent / "embeddings").embeddings.astype(np.float32)
+    vectors = np.zeros((bow.shape[0], 0), dtype=np.float32)
+    if embeddings:
+        texts = [" ".join(corpus.words(d)) for d in train]
+        vectors = embed_documents(texts, cache_dir=out.parent / "embeddings").embeddings.astype(np.float32)
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out, data=bow.data, indices=bow.indices, indptr=bow.indptr, shape=np.array(bow.shape),
-                        embeddings=embeddings, vocabulary=np.array(corpus.vocabulary))
-    print(f"{out}: {bow.shape[0]} documents, {bow.shape[1]} words, embeddings {embeddings.shape}")
+                        embeddings=vectors, vocabulary=np.array(corpus.vocabulary))
+    print(f"{out}: {bow.shape[0]} documents, {bow.shape[1]} words, embeddings {vectors.shape}")
 
 
 def _sync(device: str) -> None:
@@ -91,6 +93,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    p.add_argument("--no-embeddings", action="store_true", help="counts only (ProdLDA)")
     t = sub.add_parser("time")
     t.add_argument("--data", type=Path, required=True)
     t.add_argument("--devices", nargs="+", default=["cpu", "cuda"])
@@ -99,7 +103,7 @@ def main() -> None:
     t.add_argument("--library", action="store_true", help="also the contextualized-topic-models library")
     args = parser.parse_args()
     if args.step == "prepare":
-        prepare(args.out)
+        prepare(args.out, args.dataset, not args.no_embeddings)
         return
     with np.load(args.data) as f:
         bow = sp.csr_matrix((f["data"], f["indices"], f["indptr"]), shape=tuple(f["shape"]))
@@ -108,6 +112,9 @@ def main() -> None:
     print(json.dumps({"torch": torch.__version__, "gpu": gpu, "threads": torch.get_num_threads(),
                       "documents": bow.shape[0], "words": bow.shape[1]}), flush=True)
     for kind in args.models:
+        if kind != "prodlda" and emb.shape[1] == 0:
+            print(json.dumps({"model": kind, "skipped": "no embeddings in --data"}), flush=True)
+            continue
         for device in args.devices:
             if device.startswith("cuda") and gpu is None:
                 print(json.dumps({"model": kind, "device": device, "skipped": "no GPU"}), flush=True)
