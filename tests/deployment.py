@@ -53,6 +53,7 @@ from flower_topics.launch import (
     wait_for_port,
     wait_for_run,
 )
+from flower_topics.outputs import STATE_FILE
 
 HOST = "127.0.0.1"
 
@@ -362,13 +363,13 @@ def wait_for_outputs(app_dir: Path, flwr_home: Path, run_id: int, out: Path,
 
     ``flwr ls`` is a Python process of its own (about 2 s of CPU): read every second for minutes, it took a
     good part of a core from the run on a 2-core machine (64 reads, 122 s of CPU, in the TLS test). The run's
-    ``out/state.npz``, written with its final outputs, is watched instead, the status read every 20 s until it
+    ``out/state.npz`` (:data:`flower_topics.outputs.STATE_FILE`), written with its final outputs, is watched instead, the status read every 20 s until it
     is there (or the run ended without it), then with :func:`wait_for_run`. Fails at once when one of
     ``processes`` (the SuperLink, the SuperNodes) has exited.
     """
     deadline = time.monotonic() + timeout
     last_check = time.monotonic()
-    while time.monotonic() < deadline and not (out / "state.npz").exists():
+    while time.monotonic() < deadline and not (out / STATE_FILE).exists():
         for process in processes:
             if process.poll() is not None:
                 raise RuntimeError(f"{' '.join(map(str, process.args[:2]))} (PID {process.pid}) exited with status "

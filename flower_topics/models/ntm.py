@@ -213,8 +213,7 @@ def draw_noise(model: "NeuralTopicModel", n_docs: int, generator: torch.Generato
         keep = torch.rand(n_docs, cols, generator=generator, dtype=dtype) >= p
         return keep.to(dtype) / (1.0 - p)
 
-    noise = ForwardNoise(eps, mask(h), mask(k))
-    return noise if model.device.type == "cpu" else noise.to(model.device)
+    return ForwardNoise(eps, mask(h), mask(k)).to(model.device)  # on the CPU: the same tensors
 
 
 class Encoder(nn.Module):
