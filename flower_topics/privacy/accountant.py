@@ -3,8 +3,13 @@
 The DP methods whose releases are sums over a Poisson sample of a party's documents (each
 document included with probability ``q``, its contribution clipped to L2 norm ``C``, Gaussian
 noise of standard deviation ``sigma C`` added by the party) are accounted here with Google's
-``dp-accounting`` RDP accountant (Mironov 2017; Mironov, Talwar and Zhang 2019 for the
-Poisson-subsampled Gaussian), under the add-or-remove-one-document relation. A document
+``dp-accounting`` privacy-loss-distribution (PLD) accountant (Koskela, Jalko and Honkela
+2020; Doroshenko, Ghazi, Kamath, Kumar and Manurangsi 2022 for its pessimistic
+discretization), under the add-or-remove-one-document relation. PLD composes the
+Poisson-subsampled Gaussian numerically to its exact privacy curve (up to a discretization
+that only rounds the loss up), so for the same target it needs less noise than the RDP
+bound (Mironov, Talwar and Zhang 2019) this module used before: 7-8% less ``sigma`` at 40
+rounds of ``q = 0.2`` for eps 0.5 to 8, ``delta = 1e-5``. A document
 lives at exactly one party and enters only that party's releases, and every party adds the
 full noise on its own, so the guarantee holds against the server and every other party
 without trusting any of them (the other parties' noise only helps and is not counted).
@@ -26,16 +31,16 @@ from dataclasses import dataclass
 
 import dp_accounting
 import numpy as np
-from dp_accounting import rdp
+from dp_accounting import pld
 
 from flower_topics.errors import UserInputError
 
-#: RDP orders of the accountant. Fractional orders below 2 are left out: dp-accounting's series for
-#: them does not converge at large sampling rates and it drops them anyway (with a warning per order).
-ORDERS: tuple[float, ...] = tuple(
-    [2.0 + x / 4.0 for x in range(0, 40)] + list(range(12, 64)) + [64, 80, 96, 128, 192, 256, 384, 512, 768, 1024]
-)
-ACCOUNTANT = "RDP (dp-accounting), Poisson-subsampled Gaussian, add/remove one document"
+#: Width of the PLD's privacy-loss grid at ``sigma >= 1``, widened by ``1 / sigma^2`` below it (a
+#: Gaussian's privacy loss scales so: a fixed grid at sigma 0.1 takes 20 s). The discretization is
+#: pessimistic (it can only raise epsilon); at 40 rounds of q 0.2 the epsilon is that of a 10 to 100
+#: times finer grid to 1e-4 relative, for sigma 0.1 to 2, in under 0.1 s.
+VALUE_DISCRETIZATION = 1e-3
+ACCOUNTANT = "PLD (dp-accounting, pessimistic), Poisson-subsampled Gaussian, add/remove one document"
 
 
 def _round_event(noise_multiplier: float, sample_rate: float) -> dp_accounting.DpEvent:
@@ -44,7 +49,7 @@ def _round_event(noise_multiplier: float, sample_rate: float) -> dp_accounting.D
 
 
 def rounds_epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: float) -> float:
-    """Epsilon at ``delta`` of ``rounds`` Poisson-subsampled Gaussian releases (RDP, dp-accounting).
+    """Epsilon at ``delta`` of ``rounds`` Poisson-subsampled Gaussian releases (PLD, dp-accounting).
 
     Parameters
     ----------
@@ -77,26 +82,34 @@ def releases_epsilon(releases: np.ndarray, delta: float) -> float:
     return _composed_epsilon(tuple((float(s), float(q), int(c)) for (s, q), c in zip(kinds, counts)), float(delta))
 
 
-@functools.lru_cache(maxsize=256)
-def _event_rdp(sigma: float, rate: float) -> np.ndarray:
-    """The RDP curve (at :data:`ORDERS`) of one ``(sigma, q)`` release, from dp-accounting's accountant.
+@functools.lru_cache(maxsize=64)
+def _release_pld(sigma: float, rate: float, interval: float) -> pld.privacy_loss_distribution.PrivacyLossDistribution:
+    """One release's PLD, as dp-accounting's ``PLDAccountant`` builds it for a (Poisson-sampled) Gaussian event.
 
-    Computing it is the expensive part (about 0.05 s); a run composes the same release every
-    round, so it is computed once per ``(sigma, q)``.
+    Building it is half the cost of an epsilon (about 0.04 s); a run composes the same release every round, so
+    it is built once per ``(sigma, q)``.
     """
-    accountant = rdp.RdpAccountant(list(ORDERS), dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-    accountant.compose(_round_event(sigma, rate))
-    curve = np.array(accountant.rdp, dtype=np.float64)
-    curve.flags.writeable = False
-    return curve
+    return pld.privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=sigma, value_discretization_interval=interval, sampling_prob=min(rate, 1.0),
+        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 @functools.lru_cache(maxsize=4096)
 def _composed_epsilon(events: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    """RDP composes by adding curves (what ``RdpAccountant.compose`` does with ``count``); the
-    conversion to ``(eps, delta)`` is dp-accounting's ``compute_epsilon``, as ``get_epsilon``'s."""
-    curve = sum(count * _event_rdp(sigma, rate) for sigma, rate, count in events)
-    return float(rdp.rdp_privacy_accountant.compute_epsilon(ORDERS, curve, delta)[0])
+    """dp-accounting's PLD composition, each ``(sigma, q)`` self-composed ``count`` times (by FFT), as its
+    ``PLDAccountant`` composes them.
+
+    Releases without subsampling compose exactly into one Gaussian of ``sigma = (sum count / sigma_i^2)^-1/2``
+    (Dong, Roth and Su 2022, Corollary 3.3), which is composed once instead of numerically.
+    """
+    whole = sum(count / sigma ** 2 for sigma, rate, count in events if rate >= 1.0)
+    events = tuple(e for e in events if e[1] < 1.0) + (((whole ** -0.5, 1.0, 1),) if whole else ())
+    interval = VALUE_DISCRETIZATION * max(1.0, min(sigma for sigma, _, _ in events) ** -2)
+    composed = None
+    for sigma, rate, count in events:
+        part = _release_pld(sigma, rate, interval).self_compose(count)
+        composed = part if composed is None else composed.compose(part)
+    return float(composed.get_epsilon_for_delta(delta))
 
 
 def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: float, rounds: int) -> float:
@@ -110,12 +123,15 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     if not target_epsilon > 0 or not 0 < target_delta < 1 or rounds < 1 or not 0 < sample_rate <= 1:
         raise UserInputError(f"cannot calibrate noise for eps {target_epsilon}, delta {target_delta}, "
                              f"q {sample_rate}, {rounds} rounds: need eps > 0, 0 < delta < 1, q in (0, 1], rounds >= 1")
-    low, high = 1e-2, 1.0
+    high = 1.0
     while rounds_epsilon(high, sample_rate, rounds, target_delta) > target_epsilon:
-        low, high = high, high * 2.0
+        high *= 2.0
         if high > 1e5:
             raise UserInputError(f"no noise level reaches eps {target_epsilon:g} at delta {target_delta:g} with q "
                                  f"{sample_rate:g} over {rounds} rounds")
+    low = high / 2.0  # bracket from above: a PLD at a tiny sigma needs a wide, slow privacy-loss grid
+    while low > 1e-2 and rounds_epsilon(low, sample_rate, rounds, target_delta) <= target_epsilon:
+        high, low = low, low / 2.0
     while high / low > 1.001:
         mid = (low * high) ** 0.5
         if rounds_epsilon(mid, sample_rate, rounds, target_delta) > target_epsilon:

@@ -28,8 +28,8 @@ Hoffman et al.), both from the run seed.
 Privacy (:mod:`flower_topics.privacy.accountant`). The user sets the whole run's target
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
 spending is subtracted (basic composition) and the noise multiplier ``sigma`` is the
-smallest whose ``num-rounds`` Poisson-subsampled Gaussian releases spend the rest (RDP,
-dp-accounting). The report counts the rounds the parties were asked to release in, so a
+smallest whose ``num-rounds`` Poisson-subsampled Gaussian releases spend the rest (PLD,
+dp-accounting; under secure aggregation the Skellam releases' RDP, autodp). The report counts the rounds the parties were asked to release in, so a
 shorter run spends less and a run can never spend more than its target; every party also
 keeps its own accountant and refuses a release over it.
 """
@@ -212,7 +212,7 @@ class DPLDA(TopicStrategy):
         evaluation = self.unaccounted_evaluation()  # refused by the run config; a strategy built by hand may have it
         document: dict[str, Any] = (
             dict(document_epsilon=epsilon, document_delta=delta_rounds,
-                 document_guarantee=f"every training round (RDP) and, composed in by the ServerApp, the vocabulary "
+                 document_guarantee=f"every training round ({'PLD' if self.secure is None else 'RDP'}) and, composed in by the ServerApp, the vocabulary "
                                     f"agreement when it is 'private'; {trust}") if evaluation is None else
             dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps {epsilon:.4g}, "
                                     f"delta {delta_rounds:g} per document)"))
@@ -231,6 +231,6 @@ class DPLDA(TopicStrategy):
             details={"noise_multiplier": sigma, "sample_rate": q, "clip": self.dplda.clip,
                      "target_epsilon": self.budget.epsilon, "target_delta": self.budget.delta,
                      "training_epsilon_budget": eps_rounds, "trust_model": trust,
-                     "composed": "vocabulary agreement (basic composition) + training rounds (RDP); "
-                                 "no federated evaluation"},
+                     "composed": "vocabulary agreement (basic composition) + training rounds "
+                                 f"({'PLD' if self.secure is None else 'RDP'}); no federated evaluation"},
         )
