@@ -20,8 +20,10 @@ documents (:func:`party_scores`):
 
 - over its held-out documents: the document-completion log-likelihood, the number of
   tokens scored and of out-of-vocabulary tokens (:func:`flower_topics.metrics.federated.heldout_loglik`);
-- over its training documents: the number of documents, and the document frequencies
-  D(w) and co-document frequencies D(wi, wj) of the top words (NPMI, UMass);
+- over its training documents: the number of documents, the document frequencies D(w) of
+  the top words and the co-document frequencies D(wi, wj) of the pairs of words that are
+  top words of one topic (:func:`topic_pairs`: what NPMI and UMass read, 45 pairs a topic at
+  most; not the pairs of words from different topics);
 - with labels, in the last round only (it needs a second fold-in, on all held-out tokens):
   its held-out documents' topic-by-label table (argmax theta against the label), with its
   label names (NMI, purity).
@@ -34,8 +36,8 @@ metric. Macro-F1 of a classifier on theta is not a sum over parties and is not r
 
 What evaluation releases is outside the training mechanism's privacy guarantee: per
 party, those sums (its held-out token count and log-likelihood, its number of training
-documents, the document frequencies of the current top words and their pairs, and its
-label names with their counts per topic). ``federated-eval=false`` turns it off.
+documents, the document frequencies of the current top words and of their pairs within a
+topic, and its label names with their counts per topic). ``federated-eval=false`` turns it off.
 
 What the top-words check does not stop: the party cannot tell the global model from a
 crafted one. A hostile server that builds a valid phi whose rows put chosen words on top
@@ -320,7 +322,7 @@ class PartyScorer:
         """
         config = content[CONFIG]
         phi, phi_t = received_model_and_transpose(content, self.training.n_words)
-        _, word_ids = coherence_word_ids(phi, 10, check_input=False)  # checked as it was received
+        top_ids, word_ids = coherence_word_ids(phi, 10, check_input=False)  # checked as it was received
         alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
         if seed not in self._halves:
             self._halves[seed] = completion_halves(self.heldout, seed=seed)
@@ -328,7 +330,8 @@ class PartyScorer:
         if self._presence is None:
             self._presence = document_presence(self.training)
         co_doc_freq = presence_cooccurrence(self._presence, word_ids)
-        arrays = {DOC_FREQ: np.diag(co_doc_freq).copy(), CO_DOC_FREQ: co_doc_freq}
+        pairs = topic_pairs(top_ids, word_ids)
+        arrays = {DOC_FREQ: np.diag(co_doc_freq).copy(), CO_DOC_FREQ: co_doc_freq[pairs[:, 0], pairs[:, 1]]}
         names: list[str] = []
         if bool(config["labels"]) and self.heldout.labels is not None:
             names = sorted({str(x) for x in self.heldout.labels})
@@ -350,35 +353,73 @@ def party_scores(content: RecordDict, training: Corpus, heldout: Corpus) -> Reco
     return PartyScorer(training, heldout).scores(content)
 
 
-def reply_spec(n_topics: int, n_words: int) -> ReplySpec:
-    """A valid ``evaluate`` reply for a model of ``n_topics`` topics scored on ``n_words`` top words."""
+def topic_pairs(top_ids: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
+    """The pairs of top words that NPMI and UMass read: two top words of one topic.
+
+    Parameters
+    ----------
+    top_ids : np.ndarray
+        ``(K, n)`` each topic's top word ids (:func:`~flower_topics.metrics.coherence.coherence_word_ids`).
+    word_ids : np.ndarray
+        ``(m,)`` their sorted distinct ids (the same function's second result).
+
+    Returns
+    -------
+    np.ndarray
+        ``(P, 2)`` int64 positions ``a < b`` in ``word_ids``, distinct and in lexicographic order: the order of an
+        ``evaluate`` reply's co-document counts (at most ``K n (n - 1) / 2`` pairs, fewer when topics share them).
+    """
+    columns = np.searchsorted(np.asarray(word_ids), np.asarray(top_ids, dtype=np.int64))
+    first, second = np.triu_indices(columns.shape[1], 1)
+    a, b = columns[:, first].ravel(), columns[:, second].ravel()
+    return np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1).astype(np.int64).reshape(-1, 2), axis=0)
+
+
+def reply_spec(n_topics: int, n_words: int, n_pairs: int) -> ReplySpec:
+    """A valid ``evaluate`` reply for a model of ``n_topics`` topics scored on ``n_words`` top words forming
+    ``n_pairs`` :func:`topic_pairs`."""
     counts = dict(low=0, what="document frequencies")
     return ReplySpec(METHOD, {
         DOC_FREQ: ArraySpec("integer", (n_words,), **counts),
-        CO_DOC_FREQ: ArraySpec("integer", (n_words, n_words), **counts),
+        CO_DOC_FREQ: ArraySpec("integer", (n_pairs,), **counts),
         CONTINGENCY: ArraySpec("integer", (n_topics, None), **counts),
-    }, metrics=SUMS, config=(LABELS,), max_bytes=8 * (n_words * (n_words + 1) + n_topics * 4096) + (1 << 20))
+    }, metrics=SUMS, config=(LABELS,), max_bytes=8 * (n_words + n_pairs + n_topics * 4096) + (1 << 20))
 
 
 @dataclass(frozen=True)
 class PartyScores:
-    """One party's validated sums."""
+    """One party's validated sums: held-out log-likelihood, its training documents' count, the top words'
+    document frequencies and their :func:`topic_pairs`' co-document frequencies, and its label table."""
 
     held: HeldOut
-    co: Cooccurrence
+    n_docs: int
+    doc_freq: np.ndarray
+    pair_freq: np.ndarray
     contingency: np.ndarray
     labels: tuple[str, ...]
 
 
-def parse_reply(reply: Message, n_topics: int, n_words: int) -> PartyScores:
+def parse_reply(reply: Message, n_topics: int, n_words: int, n_pairs: int) -> PartyScores:
     """A reply's sums, validated (raises :class:`~flower_topics.wire.protocol.ReplyError`)."""
-    arrays, metrics = validate_reply(reply.content, reply_spec(n_topics, n_words))
+    arrays, metrics = validate_reply(reply.content, reply_spec(n_topics, n_words, n_pairs))
     labels = split_words(str(reply.content[CONFIG][LABELS]))
     if arrays[CONTINGENCY].shape[1] != len(labels):
         raise ReplyError(f"{arrays[CONTINGENCY].shape[1]} label columns but {len(labels)} label names")
     return PartyScores(HeldOut(-float(metrics["neg-loglik"]), int(metrics["n-tokens"]), int(metrics["n-oov"])),
-                       Cooccurrence(int(metrics["n-docs"]), arrays[DOC_FREQ], arrays[CO_DOC_FREQ]),
-                       arrays[CONTINGENCY], labels)
+                       int(metrics["n-docs"]), np.asarray(arrays[DOC_FREQ], dtype=np.int64),
+                       np.asarray(arrays[CO_DOC_FREQ], dtype=np.int64), arrays[CONTINGENCY], labels)
+
+
+def _pooled_cooccurrence(parts: Sequence[PartyScores], n_words: int, pairs: np.ndarray) -> Cooccurrence:
+    """The parties' counts summed, as the ``(m, m)`` table coherence reads: the diagonal the document
+    frequencies, the :func:`topic_pairs` their co-document frequencies (both ways), every other cell 0."""
+    table = np.zeros((n_words, n_words), dtype=np.int64)
+    pair_freq = sum((p.pair_freq for p in parts), np.zeros(len(pairs), dtype=np.int64))
+    table[pairs[:, 0], pairs[:, 1]] = pair_freq
+    table[pairs[:, 1], pairs[:, 0]] = pair_freq
+    doc_freq = sum((p.doc_freq for p in parts), np.zeros(n_words, dtype=np.int64))
+    table[np.arange(n_words), np.arange(n_words)] = doc_freq
+    return Cooccurrence(sum(p.n_docs for p in parts), doc_freq, table)
 
 
 def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray, np.ndarray] | None = None
@@ -390,8 +431,7 @@ def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray
     """
     top_ids, word_ids = coherence_word_ids(phi, 10) if top is None else top
     held = sum((p.held for p in parts), HeldOut(0.0, 0, 0))
-    co = sum((p.co for p in parts), Cooccurrence(0, np.zeros(word_ids.size, np.int64),
-                                                  np.zeros((word_ids.size, word_ids.size), np.int64)))
+    co = _pooled_cooccurrence(parts, word_ids.size, topic_pairs(top_ids, word_ids))
     metrics: dict[str, float | int] = {"n_eval_tokens": held.n_tokens, "n_oov": held.n_oov,
                                        "diversity": topic_diversity(phi), "eval_parties": len(parts)}
     if held.n_tokens:

@@ -388,3 +388,17 @@ def test_a_hostile_counts_model_gets_one_line_or_a_valid_matrix(gaps, values, ga
         return
     assert phi.ndim == 2 and phi.shape[1] == 7 and np.all(np.isfinite(phi)) and phi.min() >= 0
     np.testing.assert_allclose(phi.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_topic_pairs_are_the_pairs_within_each_topics_top_words_once_each():
+    from flower_topics.evaluation import topic_pairs
+
+    top_ids = np.array([[7, 3, 9], [3, 7, 20], [5, 11, 2]])  # topics 0 and 1 share the pair (3, 7)
+    word_ids = np.unique(top_ids)  # [2, 3, 5, 7, 9, 11, 20]
+    pairs = topic_pairs(top_ids, word_ids)
+    as_words = {(int(word_ids[a]), int(word_ids[b])) for a, b in pairs}
+    assert as_words == {(3, 7), (7, 9), (3, 9), (3, 20), (7, 20), (5, 11), (2, 5), (2, 11)}
+    assert len(pairs) == len(as_words) and np.all(pairs[:, 0] < pairs[:, 1])
+    assert pairs.tolist() == sorted(pairs.tolist())  # the order both sides use for the counts
+    # words of different topics never pair: (9, 11) and (2, 20) are not asked for
+    assert (4, 5) not in {tuple(p) for p in pairs.tolist()} and (0, 6) not in {tuple(p) for p in pairs.tolist()}

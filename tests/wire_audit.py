@@ -124,7 +124,8 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
         return None, set()
     elif kind == evaluation.MESSAGE_TYPE:
         phi = _sent_model(request)
-        spec = evaluation.reply_spec(phi.shape[0], coherence_word_ids(phi, 10)[1].size)
+        top_ids, word_ids = coherence_word_ids(phi, 10)
+        spec = evaluation.reply_spec(phi.shape[0], word_ids.size, len(evaluation.topic_pairs(top_ids, word_ids)))
     else:
         method = METHODS[kind.split(".", 1)[1]]
         spec = method.reply_spec(config, _vocabulary_size(config))
@@ -169,12 +170,16 @@ def _vocabulary_size(config: Any) -> int:
 
 
 def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:
-    """The reply's D(w) and D(wi, wj) are the counts of the top words of the model it was sent."""
+    """The reply's D(w) and D(wi, wj) are the counts of the top words of the model it was sent, and of the pairs
+    of them within a topic only (:func:`flower_topics.evaluation.topic_pairs`)."""
     phi = _sent_model(request)
-    honest = cooccurrence(documents.training, coherence_word_ids(phi, 10)[1])
+    top_ids, word_ids = coherence_word_ids(phi, 10)
+    honest = cooccurrence(documents.training, word_ids)
+    pairs = evaluation.topic_pairs(top_ids, word_ids)
     update = reply.content["update"]
     if not (np.array_equal(update[evaluation.DOC_FREQ].numpy(), honest.doc_freq)
-            and np.array_equal(update[evaluation.CO_DOC_FREQ].numpy(), honest.co_doc_freq)):
+            and np.array_equal(update[evaluation.CO_DOC_FREQ].numpy(),
+                               honest.co_doc_freq[pairs[:, 0], pairs[:, 1]])):
         raise AuditError(f"evaluate reply of node {node_id}: co-document counts of words that are not the top words "
                          "of the model it was sent")
 

@@ -488,6 +488,7 @@ class TopicStrategy(Strategy):
                                      {msg.metadata.reply_to_message_id for msg in replies})
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         k, n_words = self._eval_phi.shape[0], self._eval_top[1].size
+        n_pairs = len(evaluation.topic_pairs(*self._eval_top))
         parts = []
         for msg in replies:
             if msg.has_error():
@@ -496,7 +497,7 @@ class TopicStrategy(Strategy):
                 continue
             traffic.eval_bytes_received += payload_bytes(msg.content)
             try:
-                parts.append(evaluation.parse_reply(msg, k, n_words))
+                parts.append(evaluation.parse_reply(msg, k, n_words, n_pairs))
             except ReplyError as exc:
                 log(WARNING, "round %d: evaluation reply of node %d rejected: %s", server_round,
                     msg.metadata.src_node_id, exc)
