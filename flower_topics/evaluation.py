@@ -67,9 +67,9 @@ from flower_topics.metrics.federated import (
     label_contingency,
     nmi_purity_from_contingency,
 )
-from flower_topics.metrics.inference import infer_theta
+from flower_topics.metrics.inference import fold_in
 from flower_topics.metrics.perplexity import CompletionHalves, completion_halves
-from flower_topics.models.topic_word import counts_model
+from flower_topics.models.topic_word import counts_model, counts_model_columns_t
 from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.agreement import join_words, split_words
 from flower_topics.wire.protocol import (
@@ -233,6 +233,34 @@ def received_model_and_transpose(content: RecordDict, n_words: int, *, transpose
         non-negative and whose rows sum to 1 (within :data:`ROW_SUM_TOLERANCE`), or not
         non-negative integer counts of at most :data:`MAX_MODEL_CELLS` cells with a positive finite prior.
     """
+    phi, counts, beta = _checked_model(content, n_words)
+    if counts is not None:
+        return counts_model(counts, beta, transposed=transposed)
+    return phi, (np.ascontiguousarray(phi.T) if transposed else None)
+
+
+def received_ranking_and_columns(content: RecordDict, n_words: int, columns: np.ndarray
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The model of an ``evaluate`` message, checked as :func:`received_model_and_transpose` checks it, as what a
+    party's scores read of it: a ``(K, V)`` array whose rows rank each topic's words as ``phi``'s do (``phi``
+    itself, or for the counts form the counts: within a topic ``phi`` grows with the count, so the order and the
+    ties are the same), and ``phi``'s columns ``columns`` transposed (``len(columns) x K``, C-contiguous, the
+    same bits as the rows of ``phi.T``), without building the ``K x V`` matrix from counts.
+
+    Raises
+    ------
+    UserInputError
+        As :func:`received_model_and_transpose`.
+    """
+    phi, counts, beta = _checked_model(content, n_words)
+    if counts is not None:
+        return counts, counts_model_columns_t(counts, beta, columns)
+    return phi, np.ascontiguousarray(phi[:, columns].T)
+
+
+def _checked_model(content: RecordDict, n_words: int) -> tuple[np.ndarray | None, np.ndarray | None, float]:
+    """``(phi, None, 0)`` for the matrix form, ``(None, counts, beta)`` for the counts form, checked (see
+    :func:`received_model_and_transpose`)."""
     arrays = content[ARRAYS] if ARRAYS in content.array_records else ArrayRecord()
     counts_keys = set(wire_counts.keys(COUNTS_KEY))
     extra = sorted(set(arrays.keys()) - {PHI_KEY} - counts_keys)
@@ -242,7 +270,8 @@ def received_model_and_transpose(content: RecordDict, n_words: int, *, transpose
     if counts_keys & set(arrays.keys()):
         if PHI_KEY in arrays:
             raise UserInputError("the evaluate message carries the model twice (a matrix and counts)")
-        return _received_counts(content, arrays, n_words, transposed)
+        counts, beta = _received_counts(content, arrays, n_words)
+        return None, counts, beta
     if PHI_KEY not in arrays:
         raise UserInputError(f"the evaluate message has no model ('{PHI_KEY}')")
     phi = np.asarray(arrays[PHI_KEY].numpy())
@@ -263,13 +292,12 @@ def received_model_and_transpose(content: RecordDict, n_words: int, *, transpose
     if error > ROW_SUM_TOLERANCE:
         raise UserInputError(f"the evaluate message's model rows do not sum to 1 (off by up to {error:.3g}): it is "
                              "not a topic-word matrix")
-    return phi, (np.ascontiguousarray(phi.T) if transposed else None)
+    return phi, None, 0.0
 
 
-def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int, transposed: bool
-                     ) -> tuple[np.ndarray, np.ndarray | None]:
-    """:func:`counts_phi` of the counts form of an ``evaluate`` message (and its transpose), after checking it
-    (see :func:`received_model_and_transpose`)."""
+def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int) -> tuple[np.ndarray, float]:
+    """The counts form of an ``evaluate`` message and its prior, after checking them (see
+    :func:`received_model_and_transpose`)."""
     config = content[CONFIG] if CONFIG in content.config_records else ConfigRecord()
     if BETA not in config or TOPICS not in config:
         raise UserInputError(f"the evaluate message's counts come without '{BETA}' and '{TOPICS}'")
@@ -284,15 +312,18 @@ def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int, tra
                                            what="the evaluate message's counts")
     except ValueError as exc:
         raise UserInputError(str(exc)) from None
-    return counts_model(counts, beta, transposed=transposed)
+    return counts, float(beta)
 
 
 class PartyScorer:
     """A party's documents, prepared once for all of its evaluations.
 
-    The completion halves of its held-out documents (per public seed) and which training
-    documents hold each word are computed at the first ``evaluate`` message and kept: each
-    later message only folds in the model and counts its top words' documents.
+    The completion halves of its held-out documents (per public seed), the words its held-out
+    documents use and which training documents hold each word are computed at the first
+    ``evaluate`` message and kept: each later message only folds in the model and counts its
+    top words' documents. Everything the held-out documents are scored with reads only the
+    model's columns of their own words (:func:`received_ranking_and_columns`), so a model sent
+    as counts is never built as a ``K x V`` matrix here.
 
     Parameters
     ----------
@@ -305,15 +336,31 @@ class PartyScorer:
     def __init__(self, training: Corpus, heldout: Corpus) -> None:
         self.training = training
         self.heldout = heldout
+        #: the held-out documents' distinct word ids, sorted: local word j is agreed word ``_words[j]``
+        self._words = np.unique(heldout.tokens).astype(np.int64)
         self._halves: dict[int, CompletionHalves] = {}
+        self._label_counts: sp.csr_matrix | None = None
         self._presence: sp.csr_matrix | None = None
+
+    def _local(self, word_ids: np.ndarray) -> np.ndarray:
+        """Agreed word ids of held-out tokens as local ids (an order-keeping map: rows stay in word order)."""
+        return np.searchsorted(self._words, word_ids)
+
+    def _local_halves(self, seed: int) -> CompletionHalves:
+        """:func:`completion_halves` of the held-out documents (split on their agreed word ids, as every party and
+        ``flower-topics evaluate`` split them), over local word ids."""
+        halves = completion_halves(self.heldout, seed=seed)
+        observed = halves.observed
+        local = sp.csr_matrix((observed.data, self._local(observed.indices), observed.indptr),
+                              shape=(observed.shape[0], self._words.size))
+        return CompletionHalves(local, halves.held_doc, self._local(halves.held_word), halves.n_docs)
 
     def scores(self, content: RecordDict) -> RecordDict:
         """The party's sums for an ``evaluate`` message (see the module docstring).
 
-        The model is checked first (:func:`received_model`); the co-document counts are those of
-        its own top words (:func:`~flower_topics.metrics.coherence.coherence_word_ids`), never of
-        words the server names.
+        The model is checked first (:func:`received_ranking_and_columns`); the co-document counts are those
+        of its own top words (:func:`~flower_topics.metrics.coherence.coherence_word_ids`), never of words the
+        server names.
 
         Raises
         ------
@@ -321,11 +368,13 @@ class PartyScorer:
             For a message that is not an honest ``evaluate`` request (:func:`received_model`).
         """
         config = content[CONFIG]
-        phi, phi_t = received_model_and_transpose(content, self.training.n_words)
-        top_ids, word_ids = coherence_word_ids(phi, 10, check_input=False)  # checked as it was received
+        ranking, phi_t = received_ranking_and_columns(content, self.training.n_words, self._words)
+        top_ids, word_ids = coherence_word_ids(ranking, 10, check_input=False)  # checked as it was received
+        n_topics = ranking.shape[0]
+        phi = phi_t.T  # the model's columns of the held-out words: all the fold-in and the scores read
         alpha, n_iter, seed = float(config["eval-alpha"]), int(config["eval-iterations"]), int(config["seed"])
         if seed not in self._halves:
-            self._halves[seed] = completion_halves(self.heldout, seed=seed)
+            self._halves[seed] = self._local_halves(seed)
         held = self._halves[seed].loglik(phi, alpha=alpha, n_iter=n_iter, phi_t=phi_t, check_input=False)
         if self._presence is None:
             self._presence = document_presence(self.training)
@@ -335,10 +384,14 @@ class PartyScorer:
         names: list[str] = []
         if bool(config["labels"]) and self.heldout.labels is not None:
             names = sorted({str(x) for x in self.heldout.labels})
-            theta = infer_theta(phi, self.heldout, alpha=alpha, n_iter=n_iter)
-            arrays[CONTINGENCY] = label_contingency(theta, self.heldout.labels, phi.shape[0], names)
+            if self._label_counts is None:  # infer_theta's document-term counts, over local word ids
+                self._label_counts = sp.csr_matrix(
+                    (np.ones(self.heldout.n_tokens), (self.heldout.doc_ids, self._local(self.heldout.tokens))),
+                    shape=(self.heldout.n_docs, self._words.size))
+            theta = fold_in(phi, self._label_counts, alpha=alpha, n_iter=n_iter, phi_t=phi_t)
+            arrays[CONTINGENCY] = label_contingency(theta, self.heldout.labels, n_topics, names)
         else:
-            arrays[CONTINGENCY] = np.zeros((phi.shape[0], 0), dtype=np.int64)
+            arrays[CONTINGENCY] = np.zeros((n_topics, 0), dtype=np.int64)
         return RecordDict({
             UPDATE: ArrayRecord({k: Array(np.asarray(v)) for k, v in arrays.items()}),
             METRICS: MetricRecord({"neg-loglik": -float(held.loglik), "n-tokens": held.n_eval_tokens, "n-oov": 0,

@@ -402,3 +402,54 @@ def test_topic_pairs_are_the_pairs_within_each_topics_top_words_once_each():
     assert pairs.tolist() == sorted(pairs.tolist())  # the order both sides use for the counts
     # words of different topics never pair: (9, 11) and (2, 20) are not asked for
     assert (4, 5) not in {tuple(p) for p in pairs.tolist()} and (0, 6) not in {tuple(p) for p in pairs.tolist()}
+
+
+def test_a_party_scores_counts_as_their_matrix_bit_for_bit_reading_only_its_held_out_words() -> None:
+    """The counts form is scored without building the K x V matrix (the top words ranked on the counts, the
+    fold-in on the held-out words' columns), and gives the bits the matrix form gives, which are those of the
+    full computation: completion on all of phi and the label round's infer_theta. Equal counts (ties) included."""
+    from flower_topics import evaluation
+    from flower_topics.metrics.federated import label_contingency
+    from flower_topics.metrics.inference import infer_theta
+    from flower_topics.metrics.perplexity import completion_halves
+
+    config = SyntheticConfig(n_nodes=1, n_topics=6, n_shared_topics=6, vocab_size=150, docs_per_node=90)
+    corpus = ensure_split(make_synthetic_corpus(config, seed=11).corpus, seed=2)
+    training, heldout = corpus.select_split("train", "val"), corpus.select_split("test")
+    assert np.unique(heldout.tokens).size < corpus.n_words  # some words only in training: the local map matters
+    rng = np.random.default_rng(4)
+    counts = rng.integers(0, 4, size=(6, corpus.n_words)).astype(np.int32)  # many ties within a topic
+    beta = 0.05
+    phi = evaluation.counts_phi(counts, beta)
+    settings = evaluation.EvaluationSettings(every=1, num_rounds=2, seed=9)
+    for server_round in (1, 2):  # round 2 also answers the label table
+        by_counts = evaluation.PartyScorer(training, heldout).scores(
+            evaluation.counts_request(counts, beta, settings, "v", server_round))
+        by_matrix = evaluation.PartyScorer(training, heldout).scores(
+            evaluation.request(phi, settings, "v", server_round))
+        assert dict(by_counts["metrics"]) == dict(by_matrix["metrics"])
+        for key in (evaluation.DOC_FREQ, evaluation.CO_DOC_FREQ, evaluation.CONTINGENCY):
+            np.testing.assert_array_equal(by_counts["update"][key].numpy(), by_matrix["update"][key].numpy())
+        full = completion_halves(heldout, seed=9).loglik(phi, alpha=settings.alpha, n_iter=settings.n_iter)
+        assert -float(by_counts["metrics"]["neg-loglik"]) == full.loglik
+        top_ids, word_ids = evaluation.coherence_word_ids(phi, 10)
+        co = cooccurrence(training, word_ids).co_doc_freq
+        pairs = evaluation.topic_pairs(top_ids, word_ids)
+        np.testing.assert_array_equal(by_counts["update"][evaluation.CO_DOC_FREQ].numpy(), co[pairs[:, 0], pairs[:, 1]])
+    names = sorted({str(x) for x in heldout.labels})
+    theta = infer_theta(phi, heldout, alpha=settings.alpha, n_iter=settings.n_iter)
+    np.testing.assert_array_equal(by_counts["update"][evaluation.CONTINGENCY].numpy(),
+                                  label_contingency(theta, heldout.labels, 6, names))
+
+
+def test_the_columns_of_a_counts_model_are_its_matrix_columns_to_the_last_bit() -> None:
+    from flower_topics.models.topic_word import counts_model, counts_model_columns_t
+
+    rng = np.random.default_rng(6)
+    for n_topics, n_words, prior in ((1, 1, 1.0), (3, 7, 0.5), (9, 1000, 0.013), (20, 3001, 0.01)):
+        counts = rng.poisson(rng.dirichlet(np.full(n_words, 0.1), size=n_topics) * 500).astype(np.int32)
+        columns = np.sort(rng.choice(n_words, size=max(1, n_words // 3), replace=False))
+        got = counts_model_columns_t(counts, prior, columns)
+        assert got.flags.c_contiguous and np.array_equal(got, counts_model(counts, prior)[0][:, columns].T)
+    with pytest.raises(ValueError, match="columns must lie"):
+        counts_model_columns_t(counts, 0.1, np.array([n_words]))

@@ -65,6 +65,53 @@ def counts_model(counts: np.ndarray, prior: float, *, transposed: bool = False
     return phi, (phi_t if transposed else None)
 
 
+def counts_model_columns_t(counts: np.ndarray, prior: float, columns: np.ndarray) -> np.ndarray:
+    """The rows of ``counts_model(counts, prior)[0].T`` for the words ``columns``, the same bits, without the
+    ``K x V`` matrix: each topic's two normalizing sums are taken over its whole row (numpy's pairwise order, in
+    a buffer of ``V`` values reused for every topic), then only the chosen cells are divided by them.
+
+    Parameters
+    ----------
+    counts : np.ndarray
+        ``(K, V)`` integers ``>= 0`` (checked by the caller).
+    prior : float
+        ``> 0``.
+    columns : np.ndarray
+        Word ids in ``[0, V)``.
+
+    Returns
+    -------
+    np.ndarray
+        ``(len(columns), K)`` C-contiguous float64: row ``j`` is ``phi[:, columns[j]]``.
+    """
+    counts = np.ascontiguousarray(counts)
+    columns = np.asarray(columns, dtype=np.int64)
+    if counts.ndim != 2 or not prior > 0:
+        raise ValueError("need (K, V) counts and a positive prior")
+    if columns.size and (columns.min() < 0 or columns.max() >= counts.shape[1]):
+        raise ValueError(f"columns must lie in [0, {counts.shape[1]})")
+    out = np.empty((columns.size, counts.shape[0]))
+    _counts_columns_kernel(counts, float(prior), columns, out)
+    return out
+
+
+@njit(cache=True, nogil=True)  # no fastmath: the sums must be numpy's, in numpy's order
+def _counts_columns_kernel(counts, prior, columns, out):  # pragma: no cover - compiled
+    """:func:`counts_model_columns_t`: per topic, :func:`_counts_model_kernel`'s two sums of its row, then the
+    chosen cells ``((n + prior) / total) / total2``, the operations that kernel applies to each cell."""
+    n_topics, n_words = counts.shape
+    row = np.empty(n_words)
+    for k in range(n_topics):
+        for w in range(n_words):
+            row[w] = float(counts[k, w]) + prior
+        total = _pairwise_sum(row)
+        for w in range(n_words):
+            row[w] = row[w] / total
+        total2 = _pairwise_sum(row)
+        for j in range(columns.size):
+            out[j, k] = ((float(counts[k, columns[j]]) + prior) / total) / total2
+
+
 #: Topics a block of :func:`_counts_model_kernel` holds (8 doubles: one cache line of ``phi.T`` a word).
 _BLOCK = 8
 
