@@ -422,10 +422,12 @@ def topic_pairs(top_ids: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
         ``(P, 2)`` int64 positions ``a < b`` in ``word_ids``, distinct and in lexicographic order: the order of an
         ``evaluate`` reply's co-document counts (at most ``K n (n - 1) / 2`` pairs, fewer when topics share them).
     """
-    columns = np.searchsorted(np.asarray(word_ids), np.asarray(top_ids, dtype=np.int64))
+    m = max(int(np.size(word_ids)), 1)
+    columns = np.searchsorted(np.asarray(word_ids), np.asarray(top_ids, dtype=np.int64)).astype(np.int64)
     first, second = np.triu_indices(columns.shape[1], 1)
     a, b = columns[:, first].ravel(), columns[:, second].ravel()
-    return np.unique(np.stack([np.minimum(a, b), np.maximum(a, b)], axis=1).astype(np.int64).reshape(-1, 2), axis=0)
+    codes = np.unique(np.minimum(a, b) * m + np.maximum(a, b))  # a pair as one number: sorted as (a, b) is
+    return np.stack([codes // m, codes % m], axis=1)
 
 
 def reply_spec(n_topics: int, n_words: int, n_pairs: int) -> ReplySpec:
