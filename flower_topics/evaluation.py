@@ -167,7 +167,7 @@ def counts_phi(counts: np.ndarray, beta: float) -> np.ndarray:
     """The model of integer topic-word ``counts`` and prior ``beta``, as the parties and the server score it:
     :func:`model_phi` of ``(n_kw + beta) / (n_k + V beta)``, the same bits in one compiled pass
     (:func:`~flower_topics.models.topic_word.counts_model`)."""
-    return counts_model(counts, beta)[0]
+    return counts_model(counts, beta)
 
 
 def _request_config(settings: EvaluationSettings, fingerprint: str, server_round: int) -> dict[str, Any]:
@@ -197,18 +197,8 @@ def counts_request(counts: np.ndarray, beta: float, settings: EvaluationSettings
 
 
 def received_model(content: RecordDict, n_words: int) -> np.ndarray:
-    """The model of an ``evaluate`` message, checked by the party before it computes anything from it.
-
-    :func:`received_model_and_transpose` without the transpose.
-    """
-    return received_model_and_transpose(content, n_words, transposed=False)[0]
-
-
-def received_model_and_transpose(content: RecordDict, n_words: int, *, transposed: bool = True
-                                 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """The model of an ``evaluate`` message, checked by the party before it computes anything from it, and
-    (``transposed``) ``phi.T`` as a C-contiguous array, which the fold-in reads (built in the same pass for the
-    counts form).
+    """The model of an ``evaluate`` message as a ``(K, V)`` float64 topic-word matrix, checked by the party before
+    it computes anything from it (for the counts form, :func:`counts_phi` of the counts).
 
     Parameters
     ----------
@@ -216,14 +206,6 @@ def received_model_and_transpose(content: RecordDict, n_words: int, *, transpose
         The message's content.
     n_words : int
         The size of the vocabulary the party agreed to.
-
-    transposed : bool (default: True)
-        Also return ``phi.T``.
-
-    Returns
-    -------
-    tuple
-        The ``(K, V)`` float64 topic-word matrix, and its transpose (or None).
 
     Raises
     ------
@@ -234,14 +216,12 @@ def received_model_and_transpose(content: RecordDict, n_words: int, *, transpose
         non-negative integer counts of at most :data:`MAX_MODEL_CELLS` cells with a positive finite prior.
     """
     phi, counts, beta = _checked_model(content, n_words)
-    if counts is not None:
-        return counts_model(counts, beta, transposed=transposed)
-    return phi, (np.ascontiguousarray(phi.T) if transposed else None)
+    return phi if counts is None else counts_phi(counts, beta)
 
 
 def received_ranking_and_columns(content: RecordDict, n_words: int, columns: np.ndarray
                                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The model of an ``evaluate`` message, checked as :func:`received_model_and_transpose` checks it, as what a
+    """The model of an ``evaluate`` message, checked as :func:`received_model` checks it, as what a
     party's scores read of it: a ``(K, V)`` array whose rows rank each topic's words as ``phi``'s do (``phi``
     itself, or for the counts form the counts: within a topic ``phi`` grows with the count, so the order and the
     ties are the same), and ``phi``'s columns ``columns`` transposed (``len(columns) x K``, C-contiguous, the
@@ -250,7 +230,7 @@ def received_ranking_and_columns(content: RecordDict, n_words: int, columns: np.
     Raises
     ------
     UserInputError
-        As :func:`received_model_and_transpose`.
+        As :func:`received_model`.
     """
     phi, counts, beta = _checked_model(content, n_words)
     if counts is not None:
@@ -260,7 +240,7 @@ def received_ranking_and_columns(content: RecordDict, n_words: int, columns: np.
 
 def _checked_model(content: RecordDict, n_words: int) -> tuple[np.ndarray | None, np.ndarray | None, float]:
     """``(phi, None, 0)`` for the matrix form, ``(None, counts, beta)`` for the counts form, checked (see
-    :func:`received_model_and_transpose`)."""
+    :func:`received_model`)."""
     arrays = content[ARRAYS] if ARRAYS in content.array_records else ArrayRecord()
     counts_keys = set(wire_counts.keys(COUNTS_KEY))
     extra = sorted(set(arrays.keys()) - {PHI_KEY} - counts_keys)
@@ -297,7 +277,7 @@ def _checked_model(content: RecordDict, n_words: int) -> tuple[np.ndarray | None
 
 def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int) -> tuple[np.ndarray, float]:
     """The counts form of an ``evaluate`` message and its prior, after checking them (see
-    :func:`received_model_and_transpose`)."""
+    :func:`received_model`)."""
     config = content[CONFIG] if CONFIG in content.config_records else ConfigRecord()
     if BETA not in config or TOPICS not in config:
         raise UserInputError(f"the evaluate message's counts come without '{BETA}' and '{TOPICS}'")

@@ -425,17 +425,18 @@ def test_a_topic_word_matrix_with_one_bad_entry_is_refused(bad: float) -> None:
 @pytest.mark.parametrize("n_words", [1, 7, 8, 127, 128, 129, 1000, 8193, 40_001])
 def test_the_compiled_counts_model_is_numpys_to_the_last_bit(n_words: int) -> None:
     """The evaluation's one-pass model builder reproduces ``normalize_rows`` then a second division by the row
-    sums, numpy's pairwise summation included (block sizes around 8 and 128, halves above), with its transpose."""
-    from flower_topics.models.topic_word import counts_model, normalize_rows
+    sums, numpy's pairwise summation included (block sizes around 8 and 128, halves above), and so do its
+    columns taken alone, transposed (what a party's evaluation reads)."""
+    from flower_topics.models.topic_word import counts_model, counts_model_columns_t, normalize_rows
 
     rng = np.random.default_rng(n_words)
     for dtype, scale in ((np.int32, 1), (np.int64, 997), (np.uint16, 3)):
         counts = (rng.poisson(0.8, size=(11, n_words)) * scale).astype(dtype)
         expected = normalize_rows(counts, 0.013)
         expected /= expected.sum(axis=1, keepdims=True)
-        phi, phi_t = counts_model(counts, 0.013, transposed=True)
-        assert np.array_equal(phi, expected) and np.array_equal(phi_t, expected.T) and phi_t.flags.c_contiguous
-        assert counts_model(counts, 0.013)[1] is None
+        phi_t = counts_model_columns_t(counts, 0.013, np.arange(n_words))
+        assert np.array_equal(counts_model(counts, 0.013), expected)
+        assert np.array_equal(phi_t, expected.T) and phi_t.flags.c_contiguous
     with pytest.raises(ValueError, match="positive prior"):
         counts_model(np.ones((2, 3), dtype=np.int64), 0.0)
 

@@ -35,12 +35,11 @@ def normalize_rows(matrix: np.ndarray, prior: float = 0.0, *, clamp: bool = Fals
     return m
 
 
-def counts_model(counts: np.ndarray, prior: float, *, transposed: bool = False
-                 ) -> tuple[np.ndarray, np.ndarray | None]:
+def counts_model(counts: np.ndarray, prior: float) -> np.ndarray:
     """The topic-word matrix of non-negative integer ``counts`` and a positive ``prior``, as the evaluation
-    scores it, in one compiled pass per block of topics: ``phi = p / p.sum(1)`` with ``p = (n_kw + prior) /
-    (n_k + V prior)``, the same bits as ``normalize_rows(counts, prior)`` divided again by its row sums (numpy's
-    pairwise summation of each row, reproduced); with ``transposed``, also ``phi.T`` as a C-contiguous array.
+    scores it, in one compiled pass per topic: ``phi = p / p.sum(1)`` with ``p = (n_kw + prior) / (n_k + V
+    prior)``, the same bits as ``normalize_rows(counts, prior)`` divided again by its row sums (numpy's pairwise
+    summation of each row, reproduced).
 
     Parameters
     ----------
@@ -48,25 +47,22 @@ def counts_model(counts: np.ndarray, prior: float, *, transposed: bool = False
         ``(K, V)`` integers ``>= 0`` (checked by the caller).
     prior : float
         ``> 0``.
-    transposed : bool (default: False)
-        Also return ``phi.T`` (``V x K``), written from the same block (no second pass over ``phi``).
 
     Returns
     -------
-    tuple
-        ``phi`` (``K x V`` float64) and ``phi.T`` (or None).
+    np.ndarray
+        ``phi``, ``K x V`` float64.
     """
     counts = np.ascontiguousarray(counts)
     if counts.ndim != 2 or not prior > 0:
         raise ValueError("need (K, V) counts and a positive prior")
     phi = np.empty(counts.shape)
-    phi_t = np.empty((counts.shape[1], counts.shape[0]) if transposed else (0, 0))
-    _counts_model_kernel(counts, float(prior), phi, phi_t)
-    return phi, (phi_t if transposed else None)
+    _counts_model_kernel(counts, float(prior), phi)
+    return phi
 
 
 def counts_model_columns_t(counts: np.ndarray, prior: float, columns: np.ndarray) -> np.ndarray:
-    """The rows of ``counts_model(counts, prior)[0].T`` for the words ``columns``, the same bits, without the
+    """The rows of ``counts_model(counts, prior).T`` for the words ``columns``, the same bits, without the
     ``K x V`` matrix: each topic's two normalizing sums are taken over its whole row (numpy's pairwise order, in
     a buffer of ``V`` values reused for every topic), then only the chosen cells are divided by them.
 
@@ -97,23 +93,14 @@ def counts_model_columns_t(counts: np.ndarray, prior: float, columns: np.ndarray
 
 @njit(cache=True, nogil=True)  # no fastmath: the sums must be numpy's, in numpy's order
 def _counts_columns_kernel(counts, prior, columns, out):  # pragma: no cover - compiled
-    """:func:`counts_model_columns_t`: per topic, :func:`_counts_model_kernel`'s two sums of its row, then the
-    chosen cells ``((n + prior) / total) / total2``, the operations that kernel applies to each cell."""
-    n_topics, n_words = counts.shape
-    row = np.empty(n_words)
-    for k in range(n_topics):
-        for w in range(n_words):
-            row[w] = float(counts[k, w]) + prior
-        total = _pairwise_sum(row)
-        for w in range(n_words):
-            row[w] = row[w] / total
-        total2 = _pairwise_sum(row)
+    """:func:`counts_model_columns_t`: per topic, :func:`_normalized_row`'s two sums of its row (in a reused
+    buffer), then the chosen cells ``((n + prior) / total) / total2``, the operations every cell of
+    :func:`_counts_model_kernel` gets."""
+    row = np.empty(counts.shape[1])
+    for k in range(counts.shape[0]):
+        total, total2 = _normalized_row(counts[k], prior, row)
         for j in range(columns.size):
             out[j, k] = ((float(counts[k, columns[j]]) + prior) / total) / total2
-
-
-#: Topics a block of :func:`_counts_model_kernel` holds (8 doubles: one cache line of ``phi.T`` a word).
-_BLOCK = 8
 
 
 @njit(cache=True, nogil=True)  # no fastmath: the sums must be numpy's, in numpy's order
@@ -181,24 +168,24 @@ def _pairwise_sum(a: np.ndarray) -> float:  # pragma: no cover - compiled
     return partial[0]
 
 
+@njit(cache=True, nogil=True)  # no fastmath: the sums must be numpy's, in numpy's order
+def _normalized_row(counts_row, prior, row):  # pragma: no cover - compiled
+    """Write ``(n + prior) / total`` into ``row`` for the counts ``n`` of one topic, ``total`` their sum in numpy's
+    pairwise order; return ``total`` and the sum of the written row (``total2``, the same order), by which each
+    cell of the model is divided once more."""
+    for w in range(counts_row.size):
+        row[w] = float(counts_row[w]) + prior
+    total = _pairwise_sum(row)
+    for w in range(counts_row.size):
+        row[w] = row[w] / total
+    return total, _pairwise_sum(row)
+
+
 @njit(cache=True, nogil=True)
-def _counts_model_kernel(counts, prior, phi, phi_t):  # pragma: no cover - compiled
-    """:func:`counts_model`: for each block of topics, each row ``(n + prior) / sum`` then ``/ sum`` again into
-    ``phi``, and the block's columns into ``phi_t`` one word (a cache line) at a time when it is not empty."""
-    n_topics, n_words = counts.shape
-    for k0 in range(0, n_topics, _BLOCK):
-        k1 = min(k0 + _BLOCK, n_topics)
-        for k in range(k0, k1):
-            row = phi[k]
-            for w in range(n_words):
-                row[w] = float(counts[k, w]) + prior
-            total = _pairwise_sum(row)
-            for w in range(n_words):
-                row[w] = row[w] / total
-            total = _pairwise_sum(row)
-            for w in range(n_words):
-                row[w] = row[w] / total
-        if phi_t.shape[0]:
-            for w in range(n_words):
-                for k in range(k0, k1):
-                    phi_t[w, k] = phi[k, w]
+def _counts_model_kernel(counts, prior, phi):  # pragma: no cover - compiled
+    """:func:`counts_model`: each row :func:`_normalized_row`, then divided by its second sum."""
+    for k in range(counts.shape[0]):
+        row = phi[k]
+        _, total2 = _normalized_row(counts[k], prior, row)
+        for w in range(row.size):
+            row[w] = row[w] / total2
