@@ -63,6 +63,17 @@ def test_the_batched_e_step_equals_the_per_document_algorithm():
     assert got.statistic.sum() == pytest.approx(counts.sum())
 
 
+def test_a_rounds_sample_has_the_counts_of_its_documents_built_once_per_corpus():
+    corpus = _corpus([[0, 1, 1], [2], [], [3, 0, 3, 3], [1, 2]], 4)
+    for included in (np.array([0, 3, 4]), np.array([2]), np.array([], dtype=np.int64), np.arange(5)):
+        got, expected = svi.sampled_counts(corpus, included), svi.document_counts(corpus.subset(included))
+        assert got.dtype == expected.dtype == np.float64 and got.shape == expected.shape
+        for part in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(got, part), getattr(expected, part))
+    other = _corpus([[3, 3], [0]], 4)  # another corpus has its own counts
+    np.testing.assert_array_equal(svi.sampled_counts(other, np.array([0])).toarray(), [[0, 0, 0, 2]])
+
+
 def test_the_e_step_gives_the_same_bits_on_any_number_of_threads():
     rng = np.random.default_rng(3)
     lam = rng.gamma(2.0, 1.0, size=(7, 40)) + 0.1
@@ -180,6 +191,41 @@ def test_the_cached_composition_equals_dp_accountings_own_accountant_exactly():
     for sigma, _ in whole:
         numeric.compose(dp_accounting.GaussianDpEvent(float(sigma)))
     assert releases_epsilon(whole, 1e-5) == pytest.approx(numeric.get_epsilon(1e-5), rel=1e-3)
+
+
+def test_the_party_guard_answers_every_count_as_the_accountant_does_with_few_epsilons():
+    from flower_topics.privacy.guard import within_budget
+
+    computed = []
+    sigma = noise_multiplier(3.0, 1e-5, 0.2, 40)
+
+    def epsilon_of(n):
+        computed.append(n)
+        return rounds_epsilon(sigma, 0.2, n, 1e-5)
+
+    budget = rounds_epsilon(sigma, 0.2, 40, 1e-5)  # exactly the 40th release's epsilon: 40 fit, 41 do not
+    kind = ("test", sigma, 0.2, 1e-5, "in order")
+    answers = [within_budget(epsilon_of, n, budget, kind=kind) for n in range(1, 61)]
+    assert answers == [n <= 40 for n in range(1, 61)]
+    assert len(computed) <= 14  # doubling to 64, then bisection: not one epsilon per round
+    # asked out of order, at another budget, the same as the accountant's own comparison
+    for n in np.random.default_rng(0).permutation(np.arange(0, 90)):
+        assert within_budget(epsilon_of, int(n), 2.0, kind=kind) == (rounds_epsilon(sigma, 0.2, int(n), 1e-5) <= 2.0)
+
+
+def test_a_server_that_changes_the_noise_mid_run_is_accounted_release_by_release():
+    corpus = _corpus([[0, 1], [1, 2, 2], [0, 0, 1]] * 5, 3)
+    lam = np.ones((2, 3))
+    sigma = noise_multiplier(3.0, 1e-5, 0.5, 3)
+    state = client.DPLDAClientState()
+    for noise in (sigma, sigma, 0.8 * sigma):  # the third release has less noise than planned
+        arrays, config = _message(_settings(noise_multiplier=noise, sample_rate=0.5), lam)
+        if noise < sigma:
+            with pytest.raises(UserInputError, match="after 2 releases"):
+                client.local_step(arrays, config, corpus, state, seed=1)
+        else:
+            client.local_step(arrays, config, corpus, state, seed=1)
+    assert releases_epsilon(np.array([[sigma, 0.5]] * 2 + [[0.8 * sigma, 0.5]]), 1e-5) > 3.0
 
 
 def test_a_release_respects_its_per_round_bound_and_a_weaker_noise_fails_the_check():

@@ -41,7 +41,8 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
-from flower_topics.privacy.accountant import releases_epsilon
+from flower_topics.privacy.accountant import releases_epsilon, rounds_epsilon
+from flower_topics.privacy.guard import within_budget
 from flower_topics.privacy.skellam import rounds_epsilon as skellam_epsilon
 from flower_topics.privacy.skellam import skellam_noise
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
@@ -98,7 +99,7 @@ def release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings, rng: 
         ``K x V`` float64: the clipped sum plus ``N(0, (sigma C)^2)`` per cell.
     """
     included = np.flatnonzero(rng.random(corpus.n_docs) < settings.sample_rate)
-    counts = svi.document_counts(corpus.subset(included))
+    counts = svi.sampled_counts(corpus, included)
     statistic = svi.e_step(lam, counts, alpha=settings.alpha, clip=settings.clip,
                            max_iter=settings.e_step_iterations).statistic
     return statistic + rng.normal(0.0, settings.noise_multiplier * settings.clip, size=statistic.shape)
@@ -115,7 +116,7 @@ def secure_release(corpus: Corpus, lam: np.ndarray, settings: wire.DPLDASettings
         norm at most ``C x quantum``) plus ``Sk(noise_share (sigma C quantum)^2)`` per cell.
     """
     included = np.flatnonzero(rng.random(corpus.n_docs) < settings.sample_rate)
-    counts = svi.document_counts(corpus.subset(included))
+    counts = svi.sampled_counts(corpus, included)
     statistic = svi.e_step(lam, counts, alpha=settings.alpha, clip=settings.clip,
                            max_iter=settings.e_step_iterations, quantum=settings.quantum, rng=rng).statistic
     variance = noise_share * (settings.noise_multiplier * settings.sensitivity_units) ** 2
@@ -137,6 +138,28 @@ def secure_headroom(settings: wire.DPLDASettings, n_docs: int, noise_share: floa
             f"secure-aggregation-bits or a smaller dplda.quantum")
 
 
+def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before_eps: float, before_delta: float,
+                      cap: float) -> float | None:
+    """The party's epsilon per document after ``releases`` (``n x 2``: sigma and q of each, the new one last),
+    composed with what its vocabulary release spent, when that is over ``cap``; else None."""
+    limit, delta = cap * (1.0 + 1e-9), settings.delta - before_delta
+    sigma, rate, count = settings.noise_multiplier, settings.sample_rate, len(releases)
+    if settings.secure:  # one run has one (sigma, q): its releases are self-composed Skellam events
+        units = settings.sensitivity_units
+        if within_budget(lambda n: skellam_epsilon(sigma, rate, n, delta, units), count, limit - before_eps,
+                         kind=("skellam", sigma, rate, delta, units)):
+            return None
+        spent = before_eps + skellam_epsilon(sigma, rate, count, delta, units)
+    elif np.all(releases == releases[-1]):  # one (sigma, q) throughout
+        if within_budget(lambda n: rounds_epsilon(sigma, rate, n, delta), count, limit - before_eps,
+                         kind=("gaussian", sigma, rate, delta)):
+            return None
+        spent = before_eps + rounds_epsilon(sigma, rate, count, delta)
+    else:
+        spent = before_eps + releases_epsilon(releases, delta)
+    return spent if spent > limit else None
+
+
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: DPLDAClientState,
                seed: int) -> Update:
     """One round of ``dplda``: the noisy statistic of this party's Poisson sample, nothing else."""
@@ -156,12 +179,8 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     if settings.secure and NOISE_SHARE not in config:
         raise UserInputError("dplda with secure aggregation: the training message carries no secure-sum round "
                              "(this party will not send an unmasked statistic with a share of the noise)")
-    if settings.secure:  # one run has one (sigma, q): its releases are self-composed Skellam events
-        spent = before_eps + skellam_epsilon(settings.noise_multiplier, settings.sample_rate, len(releases),
-                                             settings.delta - before_delta, settings.sensitivity_units)
-    else:
-        spent = before_eps + releases_epsilon(releases, settings.delta - before_delta)
-    if spent > cap * (1.0 + 1e-9):
+    spent = spending_over_cap(releases, settings, before_eps, before_delta, cap)
+    if spent is not None:
         raise UserInputError(f"this release would take the party to eps {spent:.4g} per document, over its cap "
                              f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases)]))

@@ -8,7 +8,7 @@ arrays at compiled speed and no Python list of strings is kept per token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,6 +47,8 @@ class Corpus:
     split: np.ndarray | None = None
     sentence_start: np.ndarray | None = None
     _word_index: dict[str, int] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    #: Forms derived from the documents that a method keeps for the corpus' lifetime (:func:`derived`).
+    _derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         tokens = np.ascontiguousarray(self.tokens, dtype=np.int32)
@@ -128,6 +130,12 @@ class Corpus:
         return [self.vocabulary[t] for t in self.document(d)]
 
     # ---------------------------------------------------------- derived forms
+    def derived(self, name: str, build: Callable[[Corpus], object]) -> object:
+        """``build(self)``, computed once per corpus and kept under ``name`` (the corpus is immutable)."""
+        if name not in self._derived:
+            self._derived[name] = build(self)
+        return self._derived[name]
+
     def doc_term_matrix(self) -> sp.csr_matrix:
         """Document-term count matrix, shape ``(n_docs, V)``, ``int64`` counts."""
         data = np.ones(self.n_tokens, dtype=np.int64)

@@ -176,33 +176,43 @@ def _expected_theta(gamma, theta):  # pragma: no cover - numba
         theta[k] = _exp_digamma(gamma[k])
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _word_norm(theta, beta_t, w):  # pragma: no cover - numba
-    """``sum_k theta_k beta_wk``: the normalizer of word ``w``'s responsibilities."""
-    norm = 0.0
-    for k in range(theta.size):
-        norm += theta[k] * beta_t[w, k]
-    return norm
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
+def _word_weights(block, n_padded, counts, start, theta, weight):  # pragma: no cover - numba
+    """``weight_i = n_dw / sum_k theta_k beta_wk`` for the words of one document's ``block`` (rows of
+    ``beta_t``, zero rows padding it to a multiple of 4), four words at a time: four independent sums over
+    topics. A padding row's sum is 0 and its weight 0 (its count is never read)."""
+    for i in range(0, n_padded, 4):
+        p0 = p1 = p2 = p3 = 0.0
+        for k in range(theta.size):
+            r = theta[k]
+            p0 += r * block[i, k]
+            p1 += r * block[i + 1, k]
+            p2 += r * block[i + 2, k]
+            p3 += r * block[i + 3, k]
+        weight[i] = counts[start + i] / p0 if p0 > 0.0 else 0.0
+        weight[i + 1] = counts[start + i + 1] / p1 if p1 > 0.0 else 0.0
+        weight[i + 2] = counts[start + i + 2] / p2 if p2 > 0.0 else 0.0
+        weight[i + 3] = counts[start + i + 3] / p3 if p3 > 0.0 else 0.0
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
-def _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha):  # pragma: no cover - numba
+def _gamma_update(block, n_padded, counts, start, theta, weight, acc, new, alpha):  # pragma: no cover - numba
     """``new = alpha + sum_w n_dw phi_dw`` at ``theta`` for one document, without forming ``phi``.
 
     ``phi_dwk = theta_k beta_wk / norm_w`` with ``norm_w = sum_k theta_k beta_wk``, so
-    ``sum_w n_dw phi_dwk = theta_k sum_w (n_dw / norm_w) beta_wk``: one pass over the
-    document's words accumulates ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (Hoffman et al.'s
+    ``sum_w n_dw phi_dwk = theta_k sum_w (n_dw / norm_w) beta_wk``: the words' weights
+    ``n_dw / norm_w`` (:func:`_word_weights`), then one pass over the topics per four words accumulates
+    ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (Hoffman et al.'s
     ``exp(E[log theta]) * (n / phinorm) . exp(E[log beta])``).
     """
-    n_topics = theta.size
-    for k in range(n_topics):
+    _word_weights(block, n_padded, counts, start, theta, weight)
+    for k in range(theta.size):
         acc[k] = 0.0
-    for j in range(start, end):
-        w = indices[j]
-        ratio = counts[j] / _word_norm(theta, beta_t, w)
-        for k in range(n_topics):
-            acc[k] += ratio * beta_t[w, k]
-    for k in range(n_topics):
+    for i in range(0, n_padded, 4):
+        w0, w1, w2, w3 = weight[i], weight[i + 1], weight[i + 2], weight[i + 3]
+        for k in range(theta.size):
+            acc[k] += w0 * block[i, k] + w1 * block[i + 1, k] + w2 * block[i + 2, k] + w3 * block[i + 3, k]
+    for k in range(theta.size):
         new[k] = alpha + theta[k] * acc[k]
 
 
@@ -211,7 +221,8 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
                    norms_out):  # pragma: no cover - compiled
     """Hoffman et al.'s E-step with Park et al.'s clipping, one document after the other (compiled).
 
-    For document ``d`` (its non-zero counts ``indptr[d]:indptr[d + 1]``): start from
+    For document ``d`` (its non-zero counts ``indptr[d]:indptr[d + 1]``): gather its words' rows of
+    ``beta_t`` into a small block (reused by every update; as the evaluation's fold-in does); start from
     ``gamma = alpha + N_d / K``; update ``gamma <- alpha + sum_w n_dw phi_dw`` with
     ``phi_dwk ~ exp(E[log theta_dk]) exp(E[log beta_kw])`` at most ``max_iter`` times, stopping
     once the mean absolute change of its gamma is below ``tol``; then write its gamma, the
@@ -222,8 +233,19 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
     theta = np.empty(n_topics)
     acc = np.empty(n_topics)
     new = np.empty(n_topics)
+    longest = 0
+    for d in range(indptr.size - 1):
+        longest = max(longest, indptr[d + 1] - indptr[d])
+    block = np.zeros((longest + 3, n_topics))
+    weight = np.zeros(longest + 3)
     for d in range(indptr.size - 1):
         start, end = indptr[d], indptr[d + 1]
+        n_local = end - start
+        n_padded = (n_local + 3) // 4 * 4
+        for i in range(n_local):
+            block[i] = beta_t[indices[start + i]]
+        for i in range(n_local, n_padded):
+            block[i] = 0.0
         gamma = gamma_out[d]
         length = 0.0
         for j in range(start, end):
@@ -232,7 +254,7 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
             gamma[k] = alpha + length / n_topics
         for _ in range(max_iter):
             _expected_theta(gamma, theta)
-            _gamma_update(start, end, indices, counts, beta_t, theta, acc, new, alpha)
+            _gamma_update(block, n_padded, counts, start, theta, weight, acc, new, alpha)
             change = 0.0
             for k in range(n_topics):
                 change += abs(new[k] - gamma[k])
@@ -240,13 +262,12 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
             if change / n_topics < tol:
                 break
         _expected_theta(gamma, theta)
+        _word_weights(block, n_padded, counts, start, theta, weight)
         squares = 0.0
-        for j in range(start, end):
-            w = indices[j]
-            scale = counts[j] / _word_norm(theta, beta_t, w)
+        for i in range(n_local):
             for k in range(n_topics):
-                entry = scale * theta[k] * beta_t[w, k]
-                entries_out[j, k] = entry
+                entry = weight[i] * theta[k] * block[i, k]
+                entries_out[start + i, k] = entry
                 squares += entry * entry
         norm = np.sqrt(squares)
         norms_out[d] = norm
@@ -303,6 +324,12 @@ def _integer_rounding(entries, indptr, uniforms, quantum, bound):  # pragma: no 
 def document_counts(corpus: Corpus) -> sp.csr_matrix:
     """The ``D x V`` float64 document-term counts of a corpus."""
     return sp.csr_matrix(corpus.doc_term_matrix(), dtype=np.float64)
+
+
+def sampled_counts(corpus: Corpus, included: np.ndarray) -> sp.csr_matrix:
+    """:func:`document_counts` of the documents at ``included``: rows of the corpus' counts, built once per
+    corpus (a party's sample each round; the same matrix as ``document_counts(corpus.subset(included))``)."""
+    return corpus.derived("svi.document_counts", document_counts)[included]
 
 
 def step_size(t: int, tau0: float, kappa: float) -> float:
