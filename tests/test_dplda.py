@@ -228,6 +228,20 @@ def test_a_server_that_changes_the_noise_mid_run_is_accounted_release_by_release
     assert releases_epsilon(np.array([[sigma, 0.5]] * 2 + [[0.8 * sigma, 0.5]]), 1e-5) > 3.0
 
 
+def test_a_run_composing_one_more_release_a_round_gets_the_self_composed_epsilon():
+    from flower_topics.privacy import accountant
+
+    for sigma, rate in ((2.06, 0.2), (0.9, 0.05)):
+        interval = accountant.VALUE_DISCRETIZATION * max(1.0, sigma ** -2)
+        single = accountant._release_pld(sigma, rate, interval)
+        accountant._LATEST.clear()
+        accountant._composed_epsilon.cache_clear()
+        for count in [*range(1, 46), 52, 51]:  # one a round, then a jump (self-composed) and a step back
+            stepwise = rounds_epsilon(sigma, rate, count, 1e-5)
+            assert accountant._LATEST[(sigma, rate, interval)][0] == count
+            assert stepwise == pytest.approx(single.self_compose(count).get_epsilon_for_delta(1e-5), rel=1e-9)
+
+
 def test_a_release_respects_its_per_round_bound_and_a_weaker_noise_fails_the_check():
     settings = _settings(sample_rate=0.5, clip=1.0, noise_multiplier=1.0)
     assert _violations(settings) <= 0.0

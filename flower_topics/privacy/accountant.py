@@ -94,10 +94,36 @@ def _release_pld(sigma: float, rate: float, interval: float) -> pld.privacy_loss
         neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
+#: The latest self-composition of each release, ``(sigma, q, interval) -> (count, PLD)``: a run's report asks for
+#: one more release each round, and composing one more (about 5 ms) is cheaper than a new self-composition (25-35 ms).
+_LATEST: dict[tuple[float, float, float], tuple[int, pld.privacy_loss_distribution.PrivacyLossDistribution]] = {}
+#: Releases at most this many past the latest are composed one at a time; more are self-composed by FFT.
+STEPWISE_LIMIT = 4
+
+
+def _self_composed(sigma: float, rate: float, interval: float, count: int
+                   ) -> pld.privacy_loss_distribution.PrivacyLossDistribution:
+    """``count`` releases of ``(sigma, q)`` composed: from the latest composition of the same release when it
+    is at most :data:`STEPWISE_LIMIT` releases behind (dp-accounting's ``compose``), else by ``self_compose``.
+    Both are dp-accounting's pessimistic composition of the same PLDs; their epsilons differ by about 1e-11."""
+    single, key = _release_pld(sigma, rate, interval), (sigma, rate, interval)
+    latest_count, latest = _LATEST.get(key, (0, None))
+    if latest is not None and 0 <= count - latest_count <= STEPWISE_LIMIT:
+        composed = latest
+        for _ in range(count - latest_count):
+            composed = composed.compose(single)
+    else:
+        composed = single.self_compose(count)
+    if len(_LATEST) >= 64 and key not in _LATEST:
+        _LATEST.pop(next(iter(_LATEST)))
+    _LATEST[key] = (count, composed)
+    return composed
+
+
 @functools.lru_cache(maxsize=4096)
 def _composed_epsilon(events: tuple[tuple[float, float, int], ...], delta: float) -> float:
-    """dp-accounting's PLD composition, each ``(sigma, q)`` self-composed ``count`` times (by FFT), as its
-    ``PLDAccountant`` composes them.
+    """dp-accounting's PLD composition, each ``(sigma, q)`` composed ``count`` times (:func:`_self_composed`), as
+    its ``PLDAccountant`` composes them.
 
     Releases without subsampling compose exactly into one Gaussian of ``sigma = (sum count / sigma_i^2)^-1/2``
     (Dong, Roth and Su 2022, Corollary 3.3), which is composed once instead of numerically.
@@ -107,7 +133,7 @@ def _composed_epsilon(events: tuple[tuple[float, float, int], ...], delta: float
     interval = VALUE_DISCRETIZATION * max(1.0, min(sigma for sigma, _, _ in events) ** -2)
     composed = None
     for sigma, rate, count in events:
-        part = _release_pld(sigma, rate, interval).self_compose(count)
+        part = _self_composed(sigma, rate, interval, count)
         composed = part if composed is None else composed.compose(part)
     return float(composed.get_epsilon_for_delta(delta))
 
