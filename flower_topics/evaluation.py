@@ -288,8 +288,8 @@ def _received_counts(content: RecordDict, arrays: ArrayRecord, n_words: int) -> 
         raise UserInputError(f"the evaluate message's counts have {k!r} topics: need 1 to "
                              f"{MAX_MODEL_CELLS // max(n_words, 1)} over {n_words} words")
     try:
-        counts = wire_counts.decode_record(arrays, COUNTS_KEY, (k, n_words), minimum=0,
-                                           what="the evaluate message's counts")
+        counts = wire_counts.decode_record(arrays, COUNTS_KEY, (k, n_words), dtype=np.int32, minimum=0,
+                                           what="the evaluate message's counts")  # int32: half the bytes of int64
     except ValueError as exc:
         raise UserInputError(str(exc)) from None
     return counts, float(beta)

@@ -343,6 +343,7 @@ def test_a_party_refuses_counts_that_are_not_a_model() -> None:
     honest = evaluation.counts_request(counts, 0.1, settings, "v", 1)
     assert np.array_equal(evaluation.received_model(honest, 4), evaluation.counts_phi(counts, 0.1))
     cases = [(evaluation.counts_request(counts - 1, 0.1, settings, "v", 1), "outside")]
+    cases.append((evaluation.counts_request(counts + 2 ** 31, 0.1, settings, "v", 1), "outside"))  # over int32
     for topics in (0, -3, 2.0, True, evaluation.MAX_MODEL_CELLS // 4 + 1):
         wrong = evaluation.counts_request(counts, 0.1, settings, "v", 1)
         wrong["config"][evaluation.TOPICS] = topics
