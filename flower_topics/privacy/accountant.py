@@ -34,6 +34,7 @@ import numpy as np
 from dp_accounting import pld
 
 from flower_topics.errors import UserInputError
+from flower_topics.privacy.calibration import smallest_noise
 
 #: Width of the PLD's privacy-loss grid at ``sigma >= 1``, widened by ``1 / sigma^2`` below it (a
 #: Gaussian's privacy loss scales so: a fixed grid at sigma 0.1 takes 20 s). The discretization is
@@ -149,22 +150,12 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     if not target_epsilon > 0 or not 0 < target_delta < 1 or rounds < 1 or not 0 < sample_rate <= 1:
         raise UserInputError(f"cannot calibrate noise for eps {target_epsilon}, delta {target_delta}, "
                              f"q {sample_rate}, {rounds} rounds: need eps > 0, 0 < delta < 1, q in (0, 1], rounds >= 1")
-    high = 1.0
-    while rounds_epsilon(high, sample_rate, rounds, target_delta) > target_epsilon:
-        high *= 2.0
-        if high > 1e5:
-            raise UserInputError(f"no noise level reaches eps {target_epsilon:g} at delta {target_delta:g} with q "
-                                 f"{sample_rate:g} over {rounds} rounds")
-    low = high / 2.0  # bracket from above: a PLD at a tiny sigma needs a wide, slow privacy-loss grid
-    while low > 1e-2 and rounds_epsilon(low, sample_rate, rounds, target_delta) <= target_epsilon:
-        high, low = low, low / 2.0
-    while high / low > 1.001:
-        mid = (low * high) ** 0.5
-        if rounds_epsilon(mid, sample_rate, rounds, target_delta) > target_epsilon:
-            low = mid
-        else:
-            high = mid
-    return high
+    sigma = smallest_noise(lambda s: rounds_epsilon(s, sample_rate, rounds, target_delta), target_epsilon,
+                           ceiling=1e5, floor=1e-2)
+    if sigma is None:
+        raise UserInputError(f"no noise level reaches eps {target_epsilon:g} at delta {target_delta:g} with q "
+                             f"{sample_rate:g} over {rounds} rounds")
+    return sigma
 
 
 @dataclass(frozen=True)

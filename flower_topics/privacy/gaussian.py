@@ -44,6 +44,7 @@ import warnings
 import numpy as np
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
+from flower_topics.privacy.calibration import smallest_noise
 from flower_topics.privacy.composition import PrivacySpent
 
 #: RDP orders: Opacus's RDPAccountant.DEFAULT_ALPHAS, refined near 1 and extended upwards.
@@ -116,7 +117,8 @@ def gaussian_epsilon_series(noise_multiplier: float, rounds: int, delta: float,
 
 def gaussian_sigma_for_epsilon(target_epsilon: float, rounds: int, delta: float,
                                orders: tuple[float, ...] = DEFAULT_ORDERS, rel_tol: float = 1e-6) -> float:
-    """Smallest ``sigma`` whose :func:`gaussian_epsilon` over ``rounds`` is at most ``target_epsilon`` (bisection).
+    """Smallest ``sigma`` whose :func:`gaussian_epsilon` over ``rounds`` is at most ``target_epsilon``
+    (:func:`~flower_topics.privacy.calibration.smallest_noise`).
 
     The result ``s`` satisfies ``eps(s) <= target_epsilon`` and ``eps(s / (1 + rel_tol)) > target_epsilon``
     up to the bisection tolerance.
@@ -128,22 +130,10 @@ def gaussian_sigma_for_epsilon(target_epsilon: float, rounds: int, delta: float,
     def eps(sigma: float) -> float:
         return gaussian_epsilon_and_order(sigma, rounds, delta, orders)[0]
 
-    lo, hi = 1e-3, 1.0
-    while eps(hi) > target_epsilon:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e8:
-            raise ValueError("target epsilon not reachable with the given orders")
-    while eps(lo) <= target_epsilon:
-        lo /= 2.0
-        if lo < 1e-12:
-            return lo
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        if eps(mid) <= target_epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    sigma = smallest_noise(eps, target_epsilon, ceiling=1e8, floor=1e-12, precision=rel_tol)
+    if sigma is None:
+        raise ValueError("target epsilon not reachable with the given orders")
+    return sigma
 
 
 def moments_accountant_epsilon(noise_multiplier: float, rounds: int, delta: float,

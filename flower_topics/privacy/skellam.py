@@ -29,12 +29,12 @@ Wang's library); no RDP bound is derived here beyond the paper's theorem.
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 
 import numpy as np
 
 from flower_topics.errors import UserInputError
+from flower_topics.privacy.calibration import smallest_noise
 
 ACCOUNTANT = ("RDP (autodp: Zhu-Wang Poisson subsampling of the Skellam mechanism's RDP, Agarwal et al. 2021 "
               "Theorem 3.5), add/remove one document")
@@ -124,19 +124,9 @@ def noise_multiplier(target_epsilon: float, target_delta: float, sample_rate: fl
     UserInputError
         When no ``sigma`` up to 1000 reaches the target (one line).
     """
-    high = 1.0
-    while rounds_epsilon(high, sample_rate, rounds, target_delta, l2) > target_epsilon:
-        high *= 2.0
-        if high > 1000:
-            raise UserInputError(f"secure aggregation: no Skellam noise reaches eps {target_epsilon:g} at delta "
-                                 f"{target_delta:g} over {rounds} rounds with q {sample_rate:g}")
-    low = high / 2.0
-    while rounds_epsilon(low, sample_rate, rounds, target_delta, l2) <= target_epsilon and low > 1e-3:
-        high, low = low, low / 2.0
-    while high - low > 1e-3 * high:
-        mid = math.sqrt(low * high)
-        if rounds_epsilon(mid, sample_rate, rounds, target_delta, l2) <= target_epsilon:
-            high = mid
-        else:
-            low = mid
-    return high
+    sigma = smallest_noise(lambda s: rounds_epsilon(s, sample_rate, rounds, target_delta, l2), target_epsilon,
+                           ceiling=1000, floor=1e-3)
+    if sigma is None:
+        raise UserInputError(f"secure aggregation: no Skellam noise reaches eps {target_epsilon:g} at delta "
+                             f"{target_delta:g} over {rounds} rounds with q {sample_rate:g}")
+    return sigma
