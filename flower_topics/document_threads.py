@@ -1,10 +1,8 @@
 """Split a batch of documents over threads for a compiled kernel that releases the GIL.
 
 Kernels that treat each document on its own (the fold-in EM, the SVI E-step) give the same bits
-for any split: the threads run the kernel on contiguous runs of documents, with about as many
-nonzero document-term counts in each run; a kernel whose cost per count varies between documents
-(the E-step stops each document at its own convergence) asks for several runs a thread, which the
-threads take as they come free.
+for any split: each thread runs the kernel on a contiguous run of documents, with about as many
+nonzero document-term counts in each run.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ import numpy as np
 PARALLEL_MIN_ENTRIES = 4_000
 
 
-def over_documents(indptr: np.ndarray, run: Callable[[int, int], None], threads: int | None = None,
-                   runs_per_thread: int = 1) -> None:
+def over_documents(indptr: np.ndarray, run: Callable[[int, int], None], threads: int | None = None) -> None:
     """Call ``run(first, last)`` on contiguous runs of documents, on ``threads`` threads at once.
 
     Parameters
@@ -33,22 +30,17 @@ def over_documents(indptr: np.ndarray, run: Callable[[int, int], None], threads:
     threads : int, optional
         Default numba's thread count (the cores, or ``NUMBA_NUM_THREADS``), one for fewer than
         :data:`PARALLEL_MIN_ENTRIES` nonzero counts.
-    runs_per_thread : int, default 1
-        Runs of documents per thread (with more than one thread): more balance the threads' work when a
-        document's cost is not proportional to its counts.
     """
     n_docs, nnz = indptr.size - 1, int(indptr[-1])
     if threads is None:
         threads = numba.get_num_threads() if nnz >= PARALLEL_MIN_ENTRIES else 1
-    threads = max(1, threads)
-    parts = threads * max(1, runs_per_thread) if threads > 1 else 1
-    inner = np.searchsorted(indptr, np.linspace(0, nnz, parts + 1)[1:-1], side="left")
+    inner = np.searchsorted(indptr, np.linspace(0, nnz, max(1, threads) + 1)[1:-1], side="left")
     bounds = np.unique(np.concatenate([[0], inner, [n_docs]]))  # every document in one run
     chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
     if len(chunks) <= 1:
         for first, last in chunks:
             run(first, last)
         return
-    with ThreadPoolExecutor(min(threads, len(chunks))) as pool:
+    with ThreadPoolExecutor(len(chunks)) as pool:
         for future in [pool.submit(run, first, last) for first, last in chunks]:
             future.result()

@@ -45,10 +45,6 @@ from numba import njit
 from flower_topics.data.corpus import Corpus
 from flower_topics.document_threads import over_documents
 
-#: Runs of documents per thread in the E-step: a document's updates stop at its own convergence, so equal counts
-#: are not equal work; the threads take the runs as they come free.
-RUNS_PER_THREAD = 8
-
 
 @dataclass(frozen=True)
 class ExpectedStatistics:
@@ -143,7 +139,7 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
         _e_step_kernel(indptr[first:last + 1] - lo, indices[lo:hi], counts.data[lo:hi], beta_t, float(alpha),
                        int(max_iter), float(tol), bound, gamma[first:last], entries[lo:hi], norms[first:last])
 
-    over_documents(indptr, run, threads, runs_per_thread=RUNS_PER_THREAD)
+    over_documents(indptr, run, threads)
     if quantum is not None:
         if rng is None:
             raise ValueError("the integer encoding needs the party's randomness (rng)")
