@@ -15,6 +15,7 @@ from numba import njit
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.document_threads import over_documents
+from flower_topics.word_blocks import gather_block, longest_document, weighted_sum, word_weights
 
 
 def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.ndarray:
@@ -277,48 +278,21 @@ def _fold_in_kernel(indptr: np.ndarray, indices: np.ndarray, n_dw: np.ndarray, p
                     n_iter: int, theta: np.ndarray) -> None:  # pragma: no cover - compiled
     """:func:`fold_in`'s EM, document by document (each document's theta depends on its own words only):
     ``theta_dk <- alpha + theta_dk sum_w n_dw phi_wk / sum_j theta_dj phi_wj``, then normalized (uniform when
-    the total is 0); a word of probability 0 under the document's theta carries no responsibility.
-
-    A document's rows of phi are gathered once into a small block (zero rows pad it to a multiple of 4), and
-    each iteration works on four of its words at a time: four independent sums over topics for their
-    probabilities, then one pass over the topics adding the four words' responsibilities. The sums over
-    topics may be reassociated (numba ``fastmath`` reassoc and contract only: NaN, infinities and signed
-    zeros keep their IEEE meaning), which vectorizes them; thetas move by about 1e-16. About 2x the speed of
-    one word at a time at K = 100 and 300, 1.2x at K = 20 (``benchmarks/bench_evaluation.py``)."""
+    the total is 0); a word of probability 0 under the document's theta carries no responsibility. A
+    document's rows of phi are a block (:mod:`flower_topics.word_blocks`); thetas move by about 1e-16 against
+    one word at a time."""
     n_docs, n_topics = theta.shape
     acc = np.empty(n_topics)
-    longest = 0
-    for d in range(n_docs):
-        longest = max(longest, indptr[d + 1] - indptr[d])
-    block = np.zeros((longest + 3, n_topics))
-    weight = np.zeros(longest + 3)
+    longest = longest_document(indptr)
+    block, weight = np.zeros((longest + 3, n_topics)), np.zeros(longest + 3)
     for d in range(n_docs):
         row = theta[d]
         row[:] = 1.0 / n_topics
-        start, n_local = indptr[d], indptr[d + 1] - indptr[d]
-        n_padded = (n_local + 3) // 4 * 4
-        for i in range(n_local):
-            block[i] = phi_t[indices[start + i]]
-        for i in range(n_local, n_padded):
-            block[i] = 0.0
+        start = indptr[d]
+        n_padded = gather_block(phi_t, indices, start, indptr[d + 1] - start, block)
         for _ in range(n_iter):
-            for i in range(0, n_padded, 4):
-                p0 = p1 = p2 = p3 = 0.0
-                for k in range(n_topics):
-                    r = row[k]
-                    p0 += r * block[i, k]
-                    p1 += r * block[i + 1, k]
-                    p2 += r * block[i + 2, k]
-                    p3 += r * block[i + 3, k]
-                weight[i] = n_dw[start + i] / p0 if p0 > 0.0 else 0.0  # i < n_local: a block starts on a word
-                weight[i + 1] = n_dw[start + i + 1] / p1 if p1 > 0.0 else 0.0  # a padding row has p = 0
-                weight[i + 2] = n_dw[start + i + 2] / p2 if p2 > 0.0 else 0.0
-                weight[i + 3] = n_dw[start + i + 3] / p3 if p3 > 0.0 else 0.0
-            acc[:] = 0.0
-            for i in range(0, n_padded, 4):
-                w0, w1, w2, w3 = weight[i], weight[i + 1], weight[i + 2], weight[i + 3]
-                for k in range(n_topics):
-                    acc[k] += w0 * block[i, k] + w1 * block[i + 1, k] + w2 * block[i + 2, k] + w3 * block[i + 3, k]
+            word_weights(block, n_padded, n_dw, start, row, weight)
+            weighted_sum(block, n_padded, weight, acc)
             total = 0.0
             for k in range(n_topics):
                 row[k] = alpha + row[k] * acc[k]

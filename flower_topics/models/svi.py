@@ -44,6 +44,7 @@ from numba import njit
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.document_threads import over_documents
+from flower_topics.word_blocks import gather_block, longest_document, weighted_sum, word_weights
 
 
 @dataclass(frozen=True)
@@ -177,41 +178,16 @@ def _expected_theta(gamma, theta):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
-def _word_weights(block, n_padded, counts, start, theta, weight):  # pragma: no cover - numba
-    """``weight_i = n_dw / sum_k theta_k beta_wk`` for the words of one document's ``block`` (rows of
-    ``beta_t``, zero rows padding it to a multiple of 4), four words at a time: four independent sums over
-    topics. A padding row's sum is 0 and its weight 0 (its count is never read)."""
-    for i in range(0, n_padded, 4):
-        p0 = p1 = p2 = p3 = 0.0
-        for k in range(theta.size):
-            r = theta[k]
-            p0 += r * block[i, k]
-            p1 += r * block[i + 1, k]
-            p2 += r * block[i + 2, k]
-            p3 += r * block[i + 3, k]
-        weight[i] = counts[start + i] / p0 if p0 > 0.0 else 0.0
-        weight[i + 1] = counts[start + i + 1] / p1 if p1 > 0.0 else 0.0
-        weight[i + 2] = counts[start + i + 2] / p2 if p2 > 0.0 else 0.0
-        weight[i + 3] = counts[start + i + 3] / p3 if p3 > 0.0 else 0.0
-
-
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})  # SIMD sums over topics
 def _gamma_update(block, n_padded, counts, start, theta, weight, acc, new, alpha):  # pragma: no cover - numba
     """``new = alpha + sum_w n_dw phi_dw`` at ``theta`` for one document, without forming ``phi``.
 
     ``phi_dwk = theta_k beta_wk / norm_w`` with ``norm_w = sum_k theta_k beta_wk``, so
     ``sum_w n_dw phi_dwk = theta_k sum_w (n_dw / norm_w) beta_wk``: the words' weights
-    ``n_dw / norm_w`` (:func:`_word_weights`), then one pass over the topics per four words accumulates
-    ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (Hoffman et al.'s
-    ``exp(E[log theta]) * (n / phinorm) . exp(E[log beta])``).
+    ``n_dw / norm_w``, then ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (:mod:`flower_topics.word_blocks`;
+    Hoffman et al.'s ``exp(E[log theta]) * (n / phinorm) . exp(E[log beta])``).
     """
-    _word_weights(block, n_padded, counts, start, theta, weight)
-    for k in range(theta.size):
-        acc[k] = 0.0
-    for i in range(0, n_padded, 4):
-        w0, w1, w2, w3 = weight[i], weight[i + 1], weight[i + 2], weight[i + 3]
-        for k in range(theta.size):
-            acc[k] += w0 * block[i, k] + w1 * block[i + 1, k] + w2 * block[i + 2, k] + w3 * block[i + 3, k]
+    word_weights(block, n_padded, counts, start, theta, weight)
+    weighted_sum(block, n_padded, weight, acc)
     for k in range(theta.size):
         new[k] = alpha + theta[k] * acc[k]
 
@@ -233,19 +209,12 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
     theta = np.empty(n_topics)
     acc = np.empty(n_topics)
     new = np.empty(n_topics)
-    longest = 0
-    for d in range(indptr.size - 1):
-        longest = max(longest, indptr[d + 1] - indptr[d])
-    block = np.zeros((longest + 3, n_topics))
-    weight = np.zeros(longest + 3)
+    longest = longest_document(indptr)
+    block, weight = np.zeros((longest + 3, n_topics)), np.zeros(longest + 3)
     for d in range(indptr.size - 1):
         start, end = indptr[d], indptr[d + 1]
         n_local = end - start
-        n_padded = (n_local + 3) // 4 * 4
-        for i in range(n_local):
-            block[i] = beta_t[indices[start + i]]
-        for i in range(n_local, n_padded):
-            block[i] = 0.0
+        n_padded = gather_block(beta_t, indices, start, n_local, block)
         gamma = gamma_out[d]
         length = 0.0
         for j in range(start, end):
@@ -262,7 +231,7 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
             if change / n_topics < tol:
                 break
         _expected_theta(gamma, theta)
-        _word_weights(block, n_padded, counts, start, theta, weight)
+        word_weights(block, n_padded, counts, start, theta, weight)
         squares = 0.0
         for i in range(n_local):
             for k in range(n_topics):
