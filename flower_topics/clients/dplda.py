@@ -143,20 +143,19 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
     """The party's epsilon per document after ``releases`` (``n x 2``: sigma and q of each, the new one last),
     composed with what its vocabulary release spent, when that is over ``cap``; else None."""
     limit, delta = cap * (1.0 + 1e-9), settings.delta - before_delta
-    sigma, rate, count = settings.noise_multiplier, settings.sample_rate, len(releases)
+    if not settings.secure and np.any(releases != releases[-1]):  # a server that changed the noise mid-run
+        spent = before_eps + releases_epsilon(releases, delta)  # every release composed as it was made
+        return spent if spent > limit else None
+    sigma, rate, units = settings.noise_multiplier, settings.sample_rate, settings.sensitivity_units
     if settings.secure:  # one run has one (sigma, q): its releases are self-composed Skellam events
-        units = settings.sensitivity_units
-        if within_budget(lambda n: skellam_epsilon(sigma, rate, n, delta, units), count, limit - before_eps,
-                         kind=("skellam", sigma, rate, delta, units)):
-            return None
-        spent = before_eps + skellam_epsilon(sigma, rate, count, delta, units)
-    elif np.all(releases == releases[-1]):  # one (sigma, q) throughout
-        if within_budget(lambda n: rounds_epsilon(sigma, rate, n, delta), count, limit - before_eps,
-                         kind=("gaussian", sigma, rate, delta)):
-            return None
-        spent = before_eps + rounds_epsilon(sigma, rate, count, delta)
-    else:
-        spent = before_eps + releases_epsilon(releases, delta)
+        kind: tuple = ("skellam", sigma, rate, delta, units)
+        epsilon_of = lambda n: skellam_epsilon(sigma, rate, n, delta, units)  # noqa: E731
+    else:  # one (sigma, q) throughout
+        kind = ("gaussian", sigma, rate, delta)
+        epsilon_of = lambda n: rounds_epsilon(sigma, rate, n, delta)  # noqa: E731
+    if within_budget(epsilon_of, len(releases), limit - before_eps, kind=kind):
+        return None  # known without a new epsilon (privacy/guard.py)
+    spent = before_eps + epsilon_of(len(releases))
     return spent if spent > limit else None
 
 
