@@ -35,6 +35,14 @@ def normalize_rows(matrix: np.ndarray, prior: float = 0.0, *, clamp: bool = Fals
     return m
 
 
+def _checked_counts(counts: np.ndarray, prior: float) -> np.ndarray:
+    """``counts`` C-contiguous, after checking that they are ``(K, V)`` and ``prior`` is positive."""
+    counts = np.ascontiguousarray(counts)
+    if counts.ndim != 2 or not prior > 0:
+        raise ValueError("need (K, V) counts and a positive prior")
+    return counts
+
+
 def counts_model(counts: np.ndarray, prior: float) -> np.ndarray:
     """The topic-word matrix of non-negative integer ``counts`` and a positive ``prior``, as the evaluation
     scores it, in one compiled pass per topic: ``phi = p / p.sum(1)`` with ``p = (n_kw + prior) / (n_k + V
@@ -53,9 +61,7 @@ def counts_model(counts: np.ndarray, prior: float) -> np.ndarray:
     np.ndarray
         ``phi``, ``K x V`` float64.
     """
-    counts = np.ascontiguousarray(counts)
-    if counts.ndim != 2 or not prior > 0:
-        raise ValueError("need (K, V) counts and a positive prior")
+    counts = _checked_counts(counts, prior)
     phi = np.empty(counts.shape)
     _counts_model_kernel(counts, float(prior), phi)
     return phi
@@ -80,10 +86,8 @@ def counts_model_columns_t(counts: np.ndarray, prior: float, columns: np.ndarray
     np.ndarray
         ``(len(columns), K)`` C-contiguous float64: row ``j`` is ``phi[:, columns[j]]``.
     """
-    counts = np.ascontiguousarray(counts)
+    counts = _checked_counts(counts, prior)
     columns = np.asarray(columns, dtype=np.int64)
-    if counts.ndim != 2 or not prior > 0:
-        raise ValueError("need (K, V) counts and a positive prior")
     if columns.size and (columns.min() < 0 or columns.max() >= counts.shape[1]):
         raise ValueError(f"columns must lie in [0, {counts.shape[1]})")
     out = np.empty((columns.size, counts.shape[0]))
