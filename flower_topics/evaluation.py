@@ -457,16 +457,17 @@ def _pooled_cooccurrence(parts: Sequence[PartyScores], n_words: int, pairs: np.n
     return Cooccurrence(sum(p.n_docs for p in parts), doc_freq, table)
 
 
-def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray, np.ndarray] | None = None
-            ) -> dict[str, float | int]:
+def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray, np.ndarray] | None = None,
+            pairs: np.ndarray | None = None) -> dict[str, float | int]:
     """The pooled metrics from the parties' sums (and diversity, from the model alone).
 
     ``phi`` is the matrix the parties hold (sent, or built from the counts sent) and took their
-    top words from; ``top`` its :func:`coherence_word_ids` at 10 words, when the caller has them.
+    top words from; ``top`` its :func:`coherence_word_ids` at 10 words and ``pairs`` their
+    :func:`topic_pairs`, when the caller has them.
     """
     top_ids, word_ids = coherence_word_ids(phi, 10) if top is None else top
     held = sum((p.held for p in parts), HeldOut(0.0, 0, 0))
-    co = _pooled_cooccurrence(parts, word_ids.size, topic_pairs(top_ids, word_ids))
+    co = _pooled_cooccurrence(parts, word_ids.size, topic_pairs(top_ids, word_ids) if pairs is None else pairs)
     metrics: dict[str, float | int] = {"n_eval_tokens": held.n_tokens, "n_oov": held.n_oov,
                                        "diversity": topic_diversity(phi), "eval_parties": len(parts)}
     if held.n_tokens:

@@ -222,6 +222,7 @@ class TopicStrategy(Strategy):
         self._current: ArrayRecord | None = None
         self._eval_phi: np.ndarray | None = None
         self._eval_top: tuple[np.ndarray, np.ndarray] | None = None
+        self._eval_pairs: np.ndarray | None = None  # evaluation.topic_pairs of _eval_top
         #: unanswered messages of recent rounds; a reply that comes after its round is logged and ignored
         self.outstanding = OutstandingMessages()
         self._grid: Grid | None = None
@@ -472,6 +473,7 @@ class TopicStrategy(Strategy):
             self._eval_phi = evaluation.counts_phi(*counts)
             content = evaluation.counts_request(*counts, self.evaluation, self.fingerprint, server_round)
         self._eval_top = evaluation.coherence_word_ids(self._eval_phi, 10)  # the top words the parties count
+        self._eval_pairs = evaluation.topic_pairs(*self._eval_top)  # and the pairs of them they count
         nodes = sorted(set(grid.get_node_ids()) - set(self.excluded))
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         traffic.eval_bytes_sent = payload_bytes(content) * len(nodes)
@@ -488,7 +490,6 @@ class TopicStrategy(Strategy):
                                      {msg.metadata.reply_to_message_id for msg in replies})
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         k, n_words = self._eval_phi.shape[0], self._eval_top[1].size
-        n_pairs = len(evaluation.topic_pairs(*self._eval_top))
         parts = []
         for msg in replies:
             if msg.has_error():
@@ -497,13 +498,14 @@ class TopicStrategy(Strategy):
                 continue
             traffic.eval_bytes_received += payload_bytes(msg.content)
             try:
-                parts.append(evaluation.parse_reply(msg, k, n_words, n_pairs))
+                parts.append(evaluation.parse_reply(msg, k, n_words, len(self._eval_pairs)))
             except ReplyError as exc:
                 log(WARNING, "round %d: evaluation reply of node %d rejected: %s", server_round,
                     msg.metadata.src_node_id, exc)
         if not parts:
             return None
-        self.evaluations[server_round] = evaluation.combine(parts, self._eval_phi, self._eval_top)
+        self.evaluations[server_round] = evaluation.combine(parts, self._eval_phi, self._eval_top,
+                                                            self._eval_pairs)
         return MetricRecord(dict(evaluation.numeric(self.evaluations[server_round])))
 
     # ------------------------------------------------------------ internals
