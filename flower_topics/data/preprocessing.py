@@ -8,11 +8,14 @@ bag-of-words matrix. Every step after tokenization works on integer arrays.
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import itertools
 import logging
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -28,13 +31,28 @@ STOPWORD_LISTS: tuple[str, ...] = ("english",)
 
 @functools.lru_cache(maxsize=None)
 def stopword_list(name: str) -> frozenset[str]:
-    """The words of a stopword list (``"english"``: scikit-learn's ``ENGLISH_STOP_WORDS``, imported on first use:
-    scikit-learn takes seconds to import, and every Flower ClientApp process imports this module)."""
+    """The words of a stopword list (``"english"``: scikit-learn's ``ENGLISH_STOP_WORDS``).
+
+    The list is read from scikit-learn's own file (``sklearn/feature_extraction/_stop_words.py``, a module
+    without imports) without importing scikit-learn: importing ``sklearn.feature_extraction.text`` takes about
+    3 s of CPU, and on the deployment engine every message starts a ClientApp process that reads the party's
+    raw texts again. Where that file is not found (another scikit-learn layout), scikit-learn is imported.
+    """
     if name != "english":
         raise ValueError(f"unknown stopword list {name!r}; use one of {STOPWORD_LISTS}")
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+    loaded = sys.modules.get("sklearn.feature_extraction.text")
+    if loaded is not None:
+        return frozenset(loaded.ENGLISH_STOP_WORDS)
+    package = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    path = Path(package.origin).parent / "feature_extraction" / "_stop_words.py" if package and package.origin else None
+    if path is None or not path.is_file():
+        from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-    return frozenset(ENGLISH_STOP_WORDS)
+        return frozenset(ENGLISH_STOP_WORDS)
+    spec = importlib.util.spec_from_file_location("flower_topics._sklearn_stop_words", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return frozenset(module.ENGLISH_STOP_WORDS)
 
 #: Where a sentence ends: after ``.``, ``!`` or ``?`` followed by white space, and at line breaks.
 #: Texts are split there before tokenizing (the corpus keeps the boundaries, ``Corpus.sentence_start``).
