@@ -63,6 +63,37 @@ def test_the_batched_e_step_equals_the_per_document_algorithm():
     assert got.statistic.sum() == pytest.approx(counts.sum())
 
 
+def test_the_vectorized_exp_digamma_agrees_with_scipy_over_its_whole_range():
+    x = np.concatenate([np.geomspace(svi.SHIFTED_MIN, 1e4, 20001), np.geomspace(1e4, svi.SHIFTED_MAX, 301)])
+    got = np.empty_like(x)
+    svi._exp_digamma_shifted(x, got)
+    np.testing.assert_allclose(got, np.exp(digamma(x)), rtol=1e-10)
+    scalar = np.array([svi._exp_digamma(v) for v in x[::97]])
+    np.testing.assert_allclose(got[::97], scalar, rtol=1e-10)
+
+
+def test_a_prior_below_the_vectorized_range_takes_the_scalar_path_and_stays_exact():
+    rng = np.random.default_rng(5)
+    lam = rng.gamma(2.0, 1.0, size=(3, 8)) + 0.1
+    counts = sp.csr_matrix(rng.poisson(0.8, size=(4, 8)).astype(float))
+    alpha = svi.SHIFTED_MIN / 10  # a gamma_k near alpha is outside the vectorized range
+    got = svi.e_step(lam, counts, alpha=alpha, clip=None, max_iter=40, tol=0.0)
+    assert got.gamma.min() < svi.SHIFTED_MIN
+    for d in range(4):
+        gamma, _ = _reference_e_step(lam, counts[d].toarray().ravel(), alpha, 40)
+        np.testing.assert_allclose(got.gamma[d], gamma, rtol=1e-8)
+
+
+def test_exp_expected_log_beta_takes_either_path_per_topic_and_equals_scipy():
+    rng = np.random.default_rng(6)
+    lam = rng.gamma(0.5, 1.0, size=(4, 50)) + 0.02
+    lam[2, 7] = svi.SHIFTED_MIN / 3  # this topic takes the scalar path, the others the vectorized one
+    got = np.empty((50, 4))
+    svi._exp_expected_log_beta_t(lam, lam.sum(axis=1), got)
+    expected = np.exp(digamma(lam) - digamma(lam.sum(axis=1, keepdims=True))).T
+    np.testing.assert_allclose(got, expected, rtol=1e-10)
+
+
 def test_a_rounds_sample_has_the_counts_of_its_documents_built_once_per_corpus():
     corpus = _corpus([[0, 1, 1], [2], [], [3, 0, 3, 3], [1, 2]], 4)
     for included in (np.array([0, 3, 4]), np.array([2]), np.array([], dtype=np.int64), np.arange(5)):

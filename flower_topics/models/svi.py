@@ -166,13 +166,57 @@ def _exp_digamma(x: float) -> float:  # pragma: no cover - numba
     return x * np.exp(shift - 0.5 / x - series)
 
 
+#: :func:`_exp_digamma_shifted` serves every ``x`` in ``[SHIFTED_MIN, SHIFTED_MAX]``: below, its ``exp`` argument
+#: divided by 256 leaves the Taylor series' reach (``|r| <= 0.4``); above, ``(x + 5)^6`` approaches overflow.
+SHIFTED_MIN, SHIFTED_MAX = 0.01, 1e30
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})
+def _exp_digamma_shifted(x, out):  # pragma: no cover - numba
+    """``out[k] = exp(psi(x[k]))`` for ``x`` in ``[SHIFTED_MIN, SHIFTED_MAX]``, in a loop LLVM vectorizes.
+
+    The same recurrence and series as :func:`_exp_digamma`, with a fixed shift: ``psi(x) = psi(x + 6) -
+    sum_{i<6} 1 / (x + i)``, the sum as one fraction ``S / P`` (``P = prod (x + i)``, ``S`` its derivative), and
+    ``exp(t) = (e^(t / 256))^256`` with a degree-12 Taylor polynomial and eight squarings: no branch, no
+    library call, no integer, so the loop runs 4 lanes wide (numba's ``error_model="numpy"``: no
+    division-by-zero check). Agrees with scipy's digamma to 1e-11 relative (``tests/test_dplda.py``).
+    """
+    for k in range(x.size):
+        xk = x[k]
+        p = 1.0
+        s = 0.0
+        for i in range(6):
+            xi = xk + i
+            s = s * xi + p
+            p = p * xi
+        y = xk + 6.0
+        iy = 1.0 / y
+        f = iy * iy
+        series = f * (1.0 / 12 - f * (1.0 / 120 - f * (1.0 / 252 - f * (1.0 / 240 - f * (1.0 / 132)))))
+        r = (-s / p - 0.5 * iy - series) * (1.0 / 256)
+        e = 1.0 + r * (1.0 + r * (1.0 / 2 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120 + r * (
+            1.0 / 720 + r * (1.0 / 5040 + r * (1.0 / 40320 + r * (1.0 / 362880 + r * (1.0 / 3628800 + r * (
+                1.0 / 39916800 + r * (1.0 / 479001600))))))))))))
+        for _ in range(8):
+            e = e * e
+        out[k] = y * e
+
+
 @njit(cache=True, nogil=True)
 def _expected_theta(gamma, theta):  # pragma: no cover - numba
     """``theta[k] = exp(E[log theta_k])`` under ``Dir(gamma)`` up to a common factor: ``exp(psi(gamma_k))``.
 
     The factor ``exp(-psi(sum gamma))`` is left out: ``phi_dwk`` is normalized over ``k``, so it cancels in
-    every quantity the E-step computes.
+    every quantity the E-step computes. :func:`_exp_digamma_shifted` (vectorized) when every ``gamma_k`` is in
+    its range (``gamma >= alpha``, so whenever ``alpha >= SHIFTED_MIN``), else :func:`_exp_digamma` one by one.
     """
+    low, high = np.inf, -np.inf
+    for k in range(gamma.size):
+        low = min(low, gamma[k])
+        high = max(high, gamma[k])
+    if low >= SHIFTED_MIN and high <= SHIFTED_MAX:
+        _exp_digamma_shifted(gamma, theta)
+        return
     for k in range(gamma.size):
         theta[k] = _exp_digamma(gamma[k])
 
@@ -249,12 +293,22 @@ def _e_step_kernel(indptr, indices, counts, beta_t, alpha, max_iter, tol, clip, 
 
 @njit(cache=True, nogil=True)
 def _exp_expected_log_beta_t(lam, row_sums, out):  # pragma: no cover - compiled
-    """``out[w, k] = exp(E[log beta_kw]) = exp(psi(lambda_kw)) / exp(psi(sum_v lambda_kv))``, word-major (V x K)."""
+    """``out[w, k] = exp(E[log beta_kw]) = exp(psi(lambda_kw)) / exp(psi(sum_v lambda_kv))``, word-major (V x K).
+
+    A topic whose ``lambda`` lies in ``[SHIFTED_MIN, SHIFTED_MAX]`` (every topic when ``eta >= SHIFTED_MIN``)
+    takes the vectorized :func:`_exp_digamma_shifted`, any other the scalar :func:`_exp_digamma`.
+    """
     n_topics, n_words = lam.shape
+    row = np.empty(n_words)
     for k in range(n_topics):
         total = _exp_digamma(row_sums[k])
+        if lam[k].min() >= SHIFTED_MIN and lam[k].max() <= SHIFTED_MAX:
+            _exp_digamma_shifted(np.ascontiguousarray(lam[k]), row)
+        else:
+            for w in range(n_words):
+                row[w] = _exp_digamma(lam[k, w])
         for w in range(n_words):
-            out[w, k] = _exp_digamma(lam[k, w]) / total
+            out[w, k] = row[w] / total
 
 
 @njit(cache=True, nogil=True)
