@@ -8,7 +8,6 @@ to ``metrics.jsonl``; at the end the model, its top words and the plots are writ
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any, Mapping, Sequence
 
@@ -41,7 +40,7 @@ from flower_topics.metrics.similarity import align_topics, topic_similarity_scor
 from flower_topics.model_file import TopicModel
 from flower_topics.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.report import PrivacyReport
-from flower_topics.prompt_grid import PromptGrid
+from flower_topics.prompt_grid import prompt
 from flower_topics.strategies.base import TopicStrategy
 
 
@@ -302,13 +301,8 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         raw = context.run_config if run_config is None else run_config
         console.install(verbose=str(raw.get("verbose", "false")).lower() in ("true", "1"))
-        # Flower's HttpGrid pulls replies every 3 s: every exchange would wait for it (its module, 0.9 s to
-        # import, is loaded only where Flower made one)
-        http_grid = sys.modules.get("flwr.superlink.grid.http_grid")
-        if http_grid is not None and isinstance(grid, http_grid.HttpGrid):
-            grid = PromptGrid(grid)
         try:
-            run_server(grid, raw)
+            run_server(prompt(grid), raw)  # Flower's grids pull replies every 3 s (deployment) or 0.1 s (simulation)
         except UserInputError as exc:
             console.user_error(str(exc))  # one line; Flower's traceback of it is dropped
             raise  # not SystemExit: Flower would mark the run as completed

@@ -7,7 +7,7 @@ import time
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from flower_topics.prompt_grid import PromptGrid
+from flower_topics.prompt_grid import IN_MEMORY_POLL_INTERVAL, PromptGrid, prompt
 from flower_topics.simulations.inprocess import InProcessGrid
 
 
@@ -65,3 +65,23 @@ def test_everything_but_waiting_is_the_wrapped_grids():
     assert list(grid.get_node_ids()) == list(link.get_node_ids()) and grid.run is link.run
     with pytest.raises(ValueError):
         PromptGrid(link, poll_interval=0)
+
+
+def test_prompt_wraps_the_http_grid_and_speeds_up_the_simulation_engines_own_grid():
+    from flwr.superlink.grid.http_grid import HttpGrid
+    from flwr.superlink.grid.inmemory_grid import InMemoryGrid
+
+    class StateFactory:  # what InMemoryGrid's constructor reads of a LinkStateFactory
+        def state(self):
+            return object()
+
+    simulation = InMemoryGrid(StateFactory())
+    assert simulation.pull_interval == 0.1  # Flower's default: every round would wait up to 0.1 s for its replies
+    assert prompt(simulation) is simulation and simulation.pull_interval == IN_MEMORY_POLL_INTERVAL < 0.1
+    patient = InMemoryGrid(StateFactory(), pull_interval=0.001)
+    assert prompt(patient).pull_interval == 0.001  # a faster setting is kept
+    deployment = HttpGrid.__new__(HttpGrid)  # no connection: prompt only looks at the type
+    wrapped = prompt(deployment)
+    assert isinstance(wrapped, PromptGrid) and wrapped.grid is deployment
+    link = SlowLink([0.0])
+    assert prompt(link) is link  # any other grid as it is
