@@ -36,6 +36,10 @@ def _nbytes(gaps: np.ndarray, values: np.ndarray) -> int:
 def test_round_trip_is_exact_and_the_smaller_form_is_chosen(matrix):
     gaps, values = counts.encode(matrix)
     np.testing.assert_array_equal(counts.decode(gaps, values, matrix.shape), matrix)
+    index, entries = counts.decode_entries(gaps, values, matrix.shape)  # the changed cells only, either form
+    np.testing.assert_array_equal(index, np.flatnonzero(matrix))
+    np.testing.assert_array_equal(entries, matrix.ravel()[index])
+    assert index.dtype == entries.dtype == np.int64
     # the choice: no smaller of the two forms, each in its smallest dtypes, was left
     dense = matrix.size * counts.smallest_dtype(matrix.min(), matrix.max()).itemsize
     nonzero = np.flatnonzero(matrix)
@@ -116,6 +120,8 @@ def test_the_sparse_form_is_gaps_between_nonzero_cells():
 def test_decode_refuses_hostile_input(gaps, values, problem):
     with pytest.raises(ReplyError, match=problem):
         counts.decode(gaps, values, (3, 5))
+    with pytest.raises(ReplyError, match=problem):
+        counts.decode_entries(gaps, values, (3, 5))
 
 
 def test_decode_refuses_values_out_of_bounds_instead_of_wrapping():

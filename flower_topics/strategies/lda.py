@@ -141,13 +141,18 @@ class ADLDA(TopicStrategy):
                 self._round_parts = {"own": (self._own.copy() if self._own is not None else None),
                                      "carried": self._round_sum[1].copy() if self.carried is None
                                      else self.carried.carried.astype(np.int64), "entries": [], "entered": 0}
+        if not self._resumed and self.secure is None:  # the common case: add the changed cells only
+            index, change = wire.decode_delta_entries(reply.arrays, self.lda, self.vocab_size)
+            self._refuse_a_restart(reply, int(change.sum()))
+            flat = self._round_sum[1].reshape(-1)
+            updated = flat[index] + change
+            if updated.size:
+                _check_counts(updated)  # the other cells keep their valid counts
+            flat[index] = updated  # only once the whole change is valid
+            return
         delta = self._delta(reply)
         if not self._resumed:
-            tokens = int(reply.metrics.get("num-tokens", 0))
-            if (self.last_applied.get(reply.node_id, 0) > 0 and tokens > 0
-                    and int(delta.sum()) == tokens):
-                raise ReplyError("the party sent its whole counts again, which the global counts already hold (it "
-                                 "restarted without its state): rejected, so that no token is counted twice")
+            self._refuse_a_restart(reply, int(delta.sum()))
             counts = self._round_sum[1] + delta
             _check_counts(counts)
             self._round_sum = (server_round, counts)
@@ -167,6 +172,14 @@ class ADLDA(TopicStrategy):
             if kind == "entry":
                 parts["entries"].append(reply.node_id)
                 parts["entered"] += int(reply.metrics["num-tokens"])
+
+    def _refuse_a_restart(self, reply: Reply, total_change: int) -> None:
+        """A party that the server applied before and whose change adds exactly its token count sent its whole
+        counts again (it restarted without its state): refused, so that no token is counted twice."""
+        tokens = int(reply.metrics.get("num-tokens", 0))
+        if self.last_applied.get(reply.node_id, 0) > 0 and tokens > 0 and total_change == tokens:
+            raise ReplyError("the party sent its whole counts again, which the global counts already hold (it "
+                             "restarted without its state): rejected, so that no token is counted twice")
 
     def _kind(self, reply: Reply, delta: np.ndarray) -> str:
         """After a resume: ``own`` (a party that re-entered since), ``entry`` (a party sending its whole counts

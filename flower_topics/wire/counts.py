@@ -143,6 +143,36 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
         Naming the first problem (see the module docstring).
     """
     dtype = np.dtype(dtype)
+    index, entries = _checked(gaps, values, shape, dtype, minimum, maximum, what)
+    if index is None:  # the dense form
+        return entries.astype(dtype).reshape(shape)
+    out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype)
+    out[index] = entries
+    return out.reshape(shape)
+
+
+def decode_entries(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *,
+                   dtype: np.dtype | type = np.int64, minimum: int | None = None, maximum: int | None = None,
+                   what: str = "matrix") -> tuple[np.ndarray, np.ndarray]:
+    """The nonzero cells of a wire form, after the checks of :func:`decode`: their flat row-major indices
+    (int64, strictly increasing) and their values (``dtype``).
+
+    For a receiver that adds a sparse change to a matrix it holds: the work is in the number of cells the sender
+    changed, not in the matrix's size (a dense form costs one pass over it, as :func:`decode` does).
+    Parameters and errors as :func:`decode`.
+    """
+    dtype = np.dtype(dtype)
+    index, entries = _checked(gaps, values, shape, dtype, minimum, maximum, what)
+    if index is None:
+        index = np.flatnonzero(entries)
+        entries = entries[index]
+    return index.astype(np.int64, copy=False), entries.astype(dtype)
+
+
+def _checked(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], dtype: np.dtype,
+             minimum: int | None, maximum: int | None, what: str) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(None, values)`` of a valid dense form, ``(flat indices, values)`` of a valid sparse one (see
+    :func:`decode`)."""
     info = np.iinfo(dtype)
     low = info.min if minimum is None else max(int(minimum), info.min)
     high = info.max if maximum is None else min(int(maximum), info.max)
@@ -158,13 +188,12 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
         raise ReplyError(f"{what}: values have dtype {values.dtype}, expected a native int8-int64 or uint8-uint32")
     if gaps.size == 0 and values.size == size:  # dense
         _check_range(values, low, high, what)
-        return values.astype(dtype).reshape(shape)
+        return None, values
     if gaps.size != values.size:
         raise ReplyError(f"{what}: {gaps.size} gaps and {values.size} values fit neither the dense form "
                          f"({size} values, no gap) nor the sparse one (as many gaps as values)")
-    out = np.zeros(size, dtype)
     if gaps.size == 0:
-        return out.reshape(shape)
+        return np.zeros(0, np.int64), values
     if gaps.size > size:
         raise ReplyError(f"{what}: {gaps.size} sparse entries for {size} cells")
     if gaps.min() == 0:
@@ -175,8 +204,7 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
     if not np.all(values):
         raise ReplyError(f"{what}: an explicit zero in the sparse form")
     _check_range(values, low, high, what)
-    out[index] = values
-    return out.reshape(shape)
+    return index, values
 
 
 def _check_range(values: np.ndarray, low: int, high: int, what: str) -> None:
@@ -192,11 +220,21 @@ def encode_arrays(matrix: np.ndarray, key: str) -> dict[str, np.ndarray]:
 def decode_arrays(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...], **bounds: object
                   ) -> np.ndarray:
     """:func:`decode` of ``arrays``, which must hold exactly the two arrays of ``key`` (``bounds``: its keywords)."""
+    return decode(*_pair(arrays, key), shape, **bounds)  # type: ignore[arg-type]
+
+
+def decode_arrays_entries(arrays: Mapping[str, np.ndarray], key: str, shape: tuple[int, ...], **bounds: object
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode_entries` of ``arrays``, which must hold exactly the two arrays of ``key``."""
+    return decode_entries(*_pair(arrays, key), shape, **bounds)  # type: ignore[arg-type]
+
+
+def _pair(arrays: Mapping[str, np.ndarray], key: str) -> tuple[np.ndarray, np.ndarray]:
     expected = set(keys(key))
     if set(arrays) != expected:
         raise ReplyError(f"expected exactly the arrays {sorted(expected)}, got {sorted(arrays)}")
     gaps_key, values_key = keys(key)
-    return decode(arrays[gaps_key], arrays[values_key], shape, **bounds)  # type: ignore[arg-type]
+    return arrays[gaps_key], arrays[values_key]
 
 
 def encode_record(matrix: np.ndarray, key: str) -> ArrayRecord:

@@ -125,6 +125,17 @@ def delta_arrays(delta: np.ndarray, settings: LDASettings) -> dict[str, np.ndarr
     return wire_counts.encode_arrays(delta, DELTA_KEY)
 
 
+def decode_delta_entries(arrays: dict[str, np.ndarray], settings: LDASettings, vocab_size: int
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The changed cells of a validated reply without secure aggregation: flat row-major indices into the
+    ``K x V`` counts and int64 changes (:func:`~flower_topics.wire.counts.decode_entries`; the checks and errors of
+    :func:`decode_delta`)."""
+    if settings.secure:
+        raise ValueError("a secure sum's change is dense: use decode_delta")
+    return wire_counts.decode_arrays_entries(arrays, DELTA_KEY, (settings.n_topics, vocab_size), dtype=np.int64,
+                                      minimum=-COUNT_LIMIT, maximum=COUNT_LIMIT, what="topic-word count change")
+
+
 def decode_delta(arrays: dict[str, np.ndarray], settings: LDASettings, vocab_size: int) -> np.ndarray:
     """The ``K x V`` int64 count change of a validated reply (the server's side; dense under secure
     aggregation, where it is the unmasked sum); a malformed one raises
