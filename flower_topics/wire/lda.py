@@ -125,6 +125,10 @@ def delta_arrays(delta: np.ndarray, settings: LDASettings) -> dict[str, np.ndarr
     return wire_counts.encode_arrays(delta, DELTA_KEY)
 
 
+#: What a party's count change may hold (both decoders of a change check it).
+_DELTA_BOUNDS = dict(dtype=np.int64, minimum=-COUNT_LIMIT, maximum=COUNT_LIMIT, what="topic-word count change")
+
+
 def decode_delta_entries(arrays: dict[str, np.ndarray], settings: LDASettings, vocab_size: int
                          ) -> tuple[np.ndarray, np.ndarray]:
     """The changed cells of a validated reply without secure aggregation: flat row-major indices into the
@@ -132,8 +136,7 @@ def decode_delta_entries(arrays: dict[str, np.ndarray], settings: LDASettings, v
     :func:`decode_delta`)."""
     if settings.secure:
         raise ValueError("a secure sum's change is dense: use decode_delta")
-    return wire_counts.decode_arrays_entries(arrays, DELTA_KEY, (settings.n_topics, vocab_size), dtype=np.int64,
-                                      minimum=-COUNT_LIMIT, maximum=COUNT_LIMIT, what="topic-word count change")
+    return wire_counts.decode_arrays_entries(arrays, DELTA_KEY, (settings.n_topics, vocab_size), **_DELTA_BOUNDS)
 
 
 def decode_delta(arrays: dict[str, np.ndarray], settings: LDASettings, vocab_size: int) -> np.ndarray:
@@ -143,5 +146,4 @@ def decode_delta(arrays: dict[str, np.ndarray], settings: LDASettings, vocab_siz
     shape = (settings.n_topics, vocab_size)
     if settings.secure:
         return np.asarray(arrays[DELTA_KEY], dtype=np.int64)
-    return wire_counts.decode_arrays(arrays, DELTA_KEY, shape, dtype=np.int64, minimum=-COUNT_LIMIT,
-                                     maximum=COUNT_LIMIT, what="topic-word count change")
+    return wire_counts.decode_arrays(arrays, DELTA_KEY, shape, **_DELTA_BOUNDS)
