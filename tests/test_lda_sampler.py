@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from math import lgamma
 
 import numpy as np
@@ -10,8 +11,9 @@ import pytest
 
 from scipy.stats import chisquare
 
+from flower_topics import scratch
 from flower_topics.data.corpus import Corpus
-from flower_topics.models.lda import SPARSE_MIN_TOPICS, CollapsedGibbs, choose_kernel, fit_lda, topic_word_distribution
+from flower_topics.models.lda import _LANES, SPARSE_MIN_TOPICS, CollapsedGibbs, choose_kernel, fit_lda, topic_word_distribution
 
 KERNELS = ["dense", "sparse"]
 
@@ -150,6 +152,37 @@ def test_reproducible_from_seed(kernel):
 
     np.testing.assert_array_equal(run(5), run(5))
     assert not np.array_equal(run(5), run(6))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_sweep_does_not_depend_on_what_its_work_arrays_held(kernel):
+    """Parties served by one process share the sampler's work arrays (flower_topics.scratch): whatever another
+    party, or garbage, left in them, a sweep gives the same draws as in a fresh thread."""
+    rng = np.random.default_rng(4)
+    corpus = Corpus.from_documents([rng.integers(0, 10, 12) for _ in range(6)], [f"w{i}" for i in range(10)])
+
+    def run():
+        s = CollapsedGibbs(corpus, 3, 0.1, 0.01, seed=7, kernel=kernel)
+        n = s.topic_word_counts()
+        s.sweep(n, 3)
+        return s.z.copy(), n
+
+    fresh: list = []
+    thread = threading.Thread(target=lambda: fresh.append(run()))
+    thread.start()
+    thread.join()
+    run()  # sizes this thread's work arrays to this corpus; then they are poisoned
+    work = {"lda.word-topic": (10 * 3 + _LANES,), "lda.doc-topic": (6 * 3 + _LANES,)}
+    if kernel == "dense":
+        work["lda.own-word-topic"] = (10, 3)
+    poisoned = {name: scratch.array(name, shape, np.int32) for name, shape in work.items()}
+    for array in poisoned.values():
+        array.fill(-12345)
+    z, n = run()
+    np.testing.assert_array_equal(z, fresh[0][0])
+    np.testing.assert_array_equal(n, fresh[0][1])
+    for name, shape in work.items():  # the sweep used the poisoned arrays (it did not replace them)
+        assert scratch.array(name, shape, np.int32) is poisoned[name]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -136,6 +136,24 @@ def test_decode_refuses_values_out_of_bounds_instead_of_wrapping():
         counts.decode(dense_gaps, dense_values, (2, 2), maximum=299)
 
 
+@pytest.mark.parametrize("density", [0.05, 1.0])  # the sparse form, then the dense one
+def test_decode_into_a_work_array_overwrites_what_it_held(density):
+    rng = np.random.default_rng(3)
+    matrix = (rng.integers(1, 300, size=(4, 50)) * (rng.random((4, 50)) < density)).astype(np.int32)
+    gaps, values = counts.encode(matrix)
+    assert (gaps.size > 0) == (density < 1)
+    out = np.full((4, 50), -7, np.int32)  # a stale work array
+    assert counts.decode(gaps, values, (4, 50), dtype=np.int32, out=out) is out
+    np.testing.assert_array_equal(out, matrix)
+    with pytest.raises(ValueError, match="C-contiguous int64 array of shape"):
+        counts.decode(gaps, values, (4, 50), out=out)  # the default dtype is int64
+    hostile = np.concatenate([gaps, [0]]).astype(gaps.dtype), np.concatenate([values, [1]]).astype(values.dtype)
+    out[...] = 5
+    with pytest.raises(ReplyError):
+        counts.decode(*hostile, (4, 50), dtype=np.int32, out=out)
+    assert (out == 5).all()  # a refused form writes nothing
+
+
 def test_decoding_against_a_lying_shape_is_refused():
     """No shape travels: a matrix encoded for one shape does not decode as another, except when it fits."""
     gaps, values = counts.encode(np.arange(15).reshape(3, 5))  # dense uint8, 15 values

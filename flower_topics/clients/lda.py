@@ -27,6 +27,7 @@ import numpy as np
 
 from flwr.app import ArrayRecord, ConfigRecord
 
+from flower_topics import scratch
 from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
@@ -97,7 +98,8 @@ def train_round(
     base_z = acknowledge(state, last_applied_round)
     sampler = CollapsedGibbs(corpus, settings.n_topics, settings.alpha, settings.beta, rng,
                              z=None if base_z is None else base_z.copy())
-    working = np.array(global_counts, dtype=np.int32, order="C", copy=True)
+    working = scratch.array("lda.working-counts", expected, np.int32)
+    np.copyto(working, global_counts)
     if base_z is None:  # first update: the server does not hold this client's counts yet
         working += sampler.topic_word_counts()
     sampler.sweep(working, n_sweeps=settings.local_sweeps)
@@ -105,7 +107,7 @@ def train_round(
     # it at every message, and the sampler takes it back as int32
     state.pending = sampler.z.astype(np.min_scalar_type(settings.n_topics - 1))
     state.pending_round = server_round
-    return working - global_counts.astype(np.int32)
+    return np.subtract(working, global_counts, dtype=np.int32)
 
 
 def secure_headroom(corpus: Corpus, limit: int) -> str | None:
@@ -134,7 +136,9 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
         problem = secure_headroom(corpus, int(config[ENTRY_LIMIT]))
         if problem:
             raise UserInputError(problem)
-    global_counts = wire.decode_counts(arrays, settings, corpus.n_words)
+    global_counts = wire.decode_counts(arrays, settings, corpus.n_words,
+                                       out=scratch.array("lda.global-counts", (settings.n_topics, corpus.n_words),
+                                                         np.int32))
     delta = train_round(corpus, global_counts, state, server_round=int(config["server-round"]),
                         last_applied_round=int(config["last-applied-round"]), settings=settings, seed=seed)
     return wire.delta_arrays(delta, settings), {"num-tokens": corpus.n_tokens}

@@ -43,6 +43,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from flower_topics import scratch
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.topic_word import normalize_rows
 
@@ -203,20 +204,23 @@ def _dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms)
         tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms)
 
 
-def _with_slack(shape: tuple[int, int]) -> np.ndarray:
-    """A zeroed C-contiguous int32 array of ``shape`` followed in memory by ``_LANES`` more entries (see :func:`_dense_kernel`)."""
+def _with_slack(name: str, shape: tuple[int, int]) -> np.ndarray:
+    """The int32 work array ``name`` (:func:`flower_topics.scratch.array`) of ``shape``, C-contiguous and followed
+    in memory by ``_LANES`` more entries (see :func:`_dense_kernel`); its contents are left as they were."""
     size = shape[0] * shape[1]
-    return np.zeros(size + _LANES, dtype=np.int32)[:size].reshape(shape)
+    return scratch.array(name, (size + _LANES,), np.int32)[:size].reshape(shape)
 
 
 @njit(cache=True, nogil=True)
-def _holds_own_counts_and_doc_topics(wk, tokens, doc_ids, z, dk):  # pragma: no cover - numba
-    """Whether ``wk`` (V x K) is at least the counts of ``z`` in every cell; adds the document-topic counts of ``z`` to ``dk`` (D x K).
+def _holds_own_counts_and_doc_topics(wk, tokens, doc_ids, z, dk, own):  # pragma: no cover - numba
+    """Whether ``wk`` (V x K) is at least the counts of ``z`` in every cell; sets ``dk`` (D x K) to the
+    document-topic counts of ``z``. ``own`` (V x K int32) is a work array, overwritten.
 
-    One pass over the tokens into a zeroed V x K table and one streaming comparison:
+    One pass over the tokens into the zeroed V x K table ``own`` and one streaming comparison:
     half the time of :func:`_holds_own_counts`'s two passes of random updates.
     """
-    own = np.zeros(wk.shape, np.int32)
+    own[:] = 0
+    dk[:] = 0
     for t in range(tokens.shape[0]):
         own[tokens[t], z[t]] += 1
         dk[doc_ids[t], z[t]] += 1
@@ -553,10 +557,11 @@ class CollapsedGibbs:
         nk = n_kw.sum(axis=1, dtype=np.int64)
         v_beta = corpus.n_words * self.beta
         if self.kernel == "dense":
-            wk = _with_slack((corpus.n_words, self.n_topics))
+            wk = _with_slack("lda.word-topic", (corpus.n_words, self.n_topics))
             wk[...] = n_kw.T  # word-major copy
-            dk = _with_slack((corpus.n_docs, self.n_topics))
-            if not _holds_own_counts_and_doc_topics(wk, corpus.tokens, self._doc_ids, self.z, dk):
+            dk = _with_slack("lda.doc-topic", (corpus.n_docs, self.n_topics))
+            own = scratch.array("lda.own-word-topic", wk.shape, np.int32)
+            if not _holds_own_counts_and_doc_topics(wk, corpus.tokens, self._doc_ids, self.z, dk, own):
                 raise ValueError(_NOT_OWN)
             if positions is None:
                 tokens, doc_ids, z = corpus.tokens, self._doc_ids, self.z
@@ -570,7 +575,8 @@ class CollapsedGibbs:
                 _dense_kernel(tokens, doc_ids, z, dk, wk, nk, self.alpha, self.beta, v_beta, uniforms)
             n_kw[...] = wk.T
         else:
-            wk = np.ascontiguousarray(n_kw.T)  # word-major int32 copy
+            wk = _with_slack("lda.word-topic", (corpus.n_words, self.n_topics))
+            wk[...] = n_kw.T  # word-major copy
             order, all_words, all_offsets = self._word_major()
             z = self.z[order]
             if not _holds_own_counts(wk, all_words, z):  # in word order: a row at a time

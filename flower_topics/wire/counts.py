@@ -116,7 +116,8 @@ def encode(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtype: np.dtype | type = np.int64,
-           minimum: int | None = None, maximum: int | None = None, what: str = "matrix") -> np.ndarray:
+           minimum: int | None = None, maximum: int | None = None, what: str = "matrix",
+           out: np.ndarray | None = None) -> np.ndarray:
     """The exact matrix of a wire form, after checking it (see the module docstring).
 
     Parameters
@@ -131,11 +132,14 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
         Bounds (inclusive) every entry must meet; must admit 0. Default: ``dtype``'s range.
     what : str
         What the matrix is, for error messages.
+    out : np.ndarray, optional
+        A C-contiguous array of ``shape`` and ``dtype`` to write the matrix into (it is written only once
+        the wire form has passed every check); a new one by default.
 
     Returns
     -------
     np.ndarray
-        The matrix, of ``shape`` and ``dtype``.
+        The matrix, of ``shape`` and ``dtype`` (``out`` when given).
 
     Raises
     ------
@@ -143,12 +147,20 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
         Naming the first problem (see the module docstring).
     """
     dtype = np.dtype(dtype)
+    if out is not None and (out.shape != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(shape)}")
     index, entries = _checked(gaps, values, shape, dtype, minimum, maximum, what)
     if index is None:  # the dense form
-        return entries.astype(dtype).reshape(shape)
-    out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype)
-    out[index] = entries
-    return out.reshape(shape)
+        if out is None:
+            return entries.astype(dtype).reshape(shape)
+        np.copyto(out, entries.reshape(shape), casting="unsafe")  # every value checked to fit dtype
+        return out
+    if out is None:
+        out = np.zeros(shape, dtype)
+    else:
+        out.fill(0)
+    out.reshape(-1)[index] = entries
+    return out
 
 
 def decode_entries(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *,
