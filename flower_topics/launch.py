@@ -438,17 +438,40 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
     with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
         write_connection(home, f"127.0.0.1:{port}")
-        set_num_supernodes(home, num_supernodes)
+        run_command = with_num_supernodes(command, num_supernodes)
+        if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
+            set_num_supernodes(home, num_supernodes)
+            run_command = list(command)
+        command = run_command
         if verbose:
             print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
                   flush=True)
-        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose)
+        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True)
+
+
+def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str] | None:
+    """A ``flwr run`` command with ``--federation-config num-supernodes=N`` added (unless one of its own
+    ``--federation-config`` values sets it), or None for a command that is not ``flwr run``.
+
+    Saves the ``flwr federation simulation-config`` process (about 1 s) that sets it on the SuperLink otherwise.
+    """
+    if len(command) < 2 or Path(command[0]).name != "flwr" or command[1] != "run":
+        return None
+    given = [value for flag, value in zip(command, command[1:]) if flag == "--federation-config"]
+    given += [item.split("=", 1)[1] for item in command if item.startswith("--federation-config=")]
+    if any(re.search(r"(^|\s)num-supernodes\s*=", value) for value in given):
+        return list(command)
+    return [*command, "--federation-config", f"num-supernodes={num_supernodes}"]
 
 
 def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection: str, timeout: float,
-                   verbose: bool) -> int:
-    """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed."""
-    before = latest_run(app_dir, home, connection)
+                   verbose: bool, *, fresh: bool = False) -> int:
+    """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed.
+
+    ``fresh``: the connection is a SuperLink started for this command, which holds no run yet (no ``flwr ls``
+    before it).
+    """
+    before = None if fresh else latest_run(app_dir, home, connection)
     started: list[int] = []
     code = stream(command, app_dir, flwr_env(home), verbose, started)
     if code != 0:
