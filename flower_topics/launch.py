@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,10 +119,11 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
 
 
 def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
-           started: list[int] | None = None) -> int:
+           started: list[int] | None = None, quiet: threading.Event | None = None) -> int:
     """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
 
-    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``.
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``. Once ``quiet``
+    is set, nothing more is printed (the caller knows the run will fail, and says why itself).
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
@@ -130,6 +132,8 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
         submitted = _RUN_STARTED.search(_ANSI.sub("", line))
         if submitted and started is not None:
             started.append(int(submitted.group(1)))
+        if quiet is not None and quiet.is_set():
+            continue
         if not verbose:
             line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
             if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
@@ -376,7 +380,7 @@ def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
                    timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
-                   connection: str | None = None) -> int:
+                   connection: str | None = None, quiet: threading.Event | None = None) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
     Before anything starts, the command's ``--run-config`` is checked
@@ -410,6 +414,9 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     connection : str, optional
         An existing SuperLink connection of ``FLWR_HOME/config.toml`` (a deployment): start
         nothing, and do not check the run config's ``dataset`` here (each party names its own).
+    quiet : threading.Event, optional
+        Once set (by a caller that knows the run will fail and reports why itself), nothing more of the
+        command's output and no failure line is printed.
 
     Returns
     -------
@@ -431,7 +438,7 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
             return 2
         home = Path(flwr_home or os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser().resolve()
         try:
-            return _run_and_check(command, app_dir, home, connection, timeout, verbose)
+            return _run_and_check(command, app_dir, home, connection, timeout, verbose, quiet=quiet)
         except (RuntimeError, TimeoutError) as exc:
             print(f"flower-topics: error: {exc}", file=sys.stderr)
             return 1
@@ -446,7 +453,7 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         if verbose:
             print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
                   flush=True)
-        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True)
+        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, quiet=quiet)
 
 
 def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str] | None:
@@ -465,15 +472,15 @@ def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str
 
 
 def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection: str, timeout: float,
-                   verbose: bool, *, fresh: bool = False) -> int:
+                   verbose: bool, *, fresh: bool = False, quiet: threading.Event | None = None) -> int:
     """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed.
 
     ``fresh``: the connection is a SuperLink started for this command, which holds no run yet (no ``flwr ls``
-    before it).
+    before it). ``quiet``: see :func:`with_superlink`.
     """
     before = None if fresh else latest_run(app_dir, home, connection)
     started: list[int] = []
-    code = stream(command, app_dir, flwr_env(home), verbose, started)
+    code = stream(command, app_dir, flwr_env(home), verbose, started, quiet)
     if code != 0:
         return code
     if started:
@@ -487,6 +494,8 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
     status = wait_for_run(app_dir, home, run_id, timeout, connection)
     where = "" if connection == CONNECTION else f" {connection}"
     if not status.startswith("finished:completed"):
+        if quiet is not None and quiet.is_set():
+            return 1
         print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why "
               f"(also: flwr log {run_id}{where} --show)", file=sys.stderr)
         return 1

@@ -235,3 +235,28 @@ def test_a_run_gives_the_same_model_from_the_cache_as_reading_in_memory(tmp_path
         models.append(run_server(LoopbackGrid(make_client_app(config), 3, config), config))
     assert models[0].vocabulary == models[1].vocabulary
     assert np.array_equal(models[0].topic_word, models[1].topic_word)
+
+
+def test_a_process_that_finds_the_file_being_built_waits_and_reads_it_instead_of_building_it_again(tmp_path,
+                                                                                                     cache_in):
+    """A simulation's parties may start while `flower-topics simulate` still builds the cache file."""
+    import subprocess
+    import sys
+    import time
+
+    path = embedded_subset(tmp_path, 50)
+    target = cache_file(cache_in, cache_key(path, READING))
+    cache_in.mkdir(parents=True, exist_ok=True)
+    reader = ("import sys, os; from pathlib import Path; from flower_topics.data.corpus_cache import cached_corpus; "
+              f"c = cached_corpus({str(path)!r}, {READING!r}); print(c.n_docs, os.stat({str(target)!r}).st_ino)")
+    with corpus_cache._building(target):  # this process is building it
+        waiting = subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE, text=True,
+                                   env={**os.environ, corpus_cache.CACHE_ENV: str(cache_in)})
+        time.sleep(2.0)
+        assert waiting.poll() is None  # it waits for the lock, it does not build its own
+        corpus_cache.build(path, READING, target)
+        built = os.stat(target)
+    out, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0
+    assert out.split() == ["50", str(built.st_ino)]  # it read the file this process wrote
+    assert os.stat(target).st_mtime_ns == built.st_mtime_ns  # and did not write it again

@@ -75,3 +75,20 @@ def test_existing_connection_checks_the_run_config_and_not_the_parties_files(tmp
     assert code == 1 and len(lines) == 1, lines
     assert lines[0].startswith("flower-topics: error: cannot list the runs of connection 'topics'"), lines
     assert "SuperLink connection 'topics' not found" in lines[0] and "does not exist" not in lines[0]
+
+
+@pytest.mark.timeout(240)
+def test_simulate_names_a_share_it_cannot_make_in_one_line(tmp_path):
+    """`flower-topics simulate` on Flower's engine prepares the shares while Flower starts; a share that cannot be
+    made (here: a label partition of a corpus without labels) fails the parties too, and the user sees one line."""
+    corpus = tmp_path / "no-labels.jsonl"
+    corpus.write_text("".join(f'{{"text": "apples pears plums number {i} of the notes"}}\n' for i in range(40)),
+                      encoding="utf-8")
+    cli = str(Path(sys.executable).with_name("flower-topics"))
+    env = {**os.environ, "FLOWER_TOPICS_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run([cli, "simulate", "--method", "lda", "--topics", "2", "--clients", "2", "--rounds", "1",
+                          "--partition", "label", "--dataset", str(corpus), "--out", str(tmp_path / "out")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1, (out.returncode, lines)
+    assert lines[0].startswith("flower-topics: error: partition scheme 'label' needs document labels"), lines

@@ -24,6 +24,11 @@ checks the format version, the source's identity (path, size and modification ti
 every file the reader reads), the reading options, the file's length and a CRC-32 of its
 content, and rebuilds a file that is stale or damaged.
 
+One process builds a given cache file at a time: a process that finds it missing takes an
+exclusive lock beside it (``.corpus-<hash>.lock``) and looks again, so the parties of a
+simulation that start while ``flower-topics simulate`` is still building the file wait for it
+instead of building it again.
+
 A corpus file larger than :data:`CHILD_BUILD_BYTES` is preprocessed in a child process
 (``python -m flower_topics.data.corpus_cache``): the parent then never holds the
 tokenizer's garbage, only the memory map.
@@ -35,6 +40,7 @@ written anywhere.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -42,9 +48,10 @@ import os
 import subprocess
 import sys
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -344,6 +351,19 @@ def _build_in_child(path: str, reading: Mapping[str, Any], target: Path) -> None
         raise RuntimeError(f"preprocessing {path} in a child process failed:\n{done.stderr[-3000:]}")
 
 
+@contextmanager
+def _building(target: Path) -> Iterator[None]:
+    """Hold the lock of cache file ``target`` (``flock`` on ``.<target stem>.lock`` beside it, blocking): one
+    process builds it at a time. The kernel releases the lock when its holder ends, so a crashed builder leaves no
+    stale lock (the empty lock file stays)."""
+    with open(target.with_name(f".{target.stem}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def cached_corpus(path: str | os.PathLike[str], reading: Mapping[str, Any], *,
                   child_bytes: int = CHILD_BUILD_BYTES) -> CachedCorpus | None:
     """The corpus at ``path``, read with ``reading``, from the cache (built first when missing or stale).
@@ -385,10 +405,14 @@ def cached_corpus(path: str | os.PathLike[str], reading: Mapping[str, Any], *,
     except OSError as exc:
         logger.warning("corpus cache %s cannot be used (%s): reading %s in memory", folder, exc, path)
         return None
-    if sum(size for _, size, _ in identity) > child_bytes:
-        _build_in_child(path, reading, target)
-    else:
-        build(path, reading, target)
+    with _building(target):  # a process that finds another one building this file waits, then reads it
+        cached = read_cache(target, identity=source_identity(path), key=key)
+        if cached is not None:
+            return cached
+        if sum(size for _, size, _ in identity) > child_bytes:
+            _build_in_child(path, reading, target)
+        else:
+            build(path, reading, target)
     cached = read_cache(target, identity=source_identity(path), key=key)
     if cached is None:  # the source changed while it was read: the file is stale already
         raise UserInputError(f"corpus {path} changed while it was read; run again once it is complete")

@@ -81,11 +81,13 @@ def simulate(
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
-    # validates first; each share's size only, so that this process does not hold the corpus during the run
-    shares = [_training_size(simulated_share(config, i, num_clients).corpus) for i in range(num_clients)]
     if mode == "federated" and engine == "flower":
-        rows = [_federated(config, num_clients, out_dir, shares)]
-    elif mode == "federated":
+        rows = [_federated(config, num_clients, out_dir)]
+        write_results_table(out_dir, rows)
+        return rows
+    # validates first; each share's size only, so that this process does not hold the corpus during the run
+    shares = _share_sizes(config, num_clients)
+    if mode == "federated":
         rows = [_in_process(config, [{"partition-id": i, "num-partitions": num_clients} for i in range(num_clients)],
                             shares, out_dir, mode, "federated")]
     elif mode == "centralized":
@@ -133,22 +135,51 @@ def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
     return run_config_path
 
 
-def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[tuple[int, int]]
-               ) -> dict[str, Any]:
-    """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path)."""
+def _share_sizes(config: Mapping[str, Any], num_clients: int) -> list[tuple[int, int]]:
+    """Each share's training documents and tokens (building the corpus cache when it is missing)."""
+    return [_training_size(simulated_share(config, i, num_clients).corpus) for i in range(num_clients)]
+
+
+def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[str, Any]:
+    """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path).
+
+    The shares (and with them the corpus cache, about 6 s for debian_large) are prepared in a thread while Flower's
+    processes and Ray start; the parties wait for the cache file (:mod:`~flower_topics.data.corpus_cache` locks
+    it while it is built). A share that cannot be made fails the parties too: the run's own lines are then not
+    shown, and the reason is raised here (one line).
+    """
     import tempfile
+    import threading
 
     from flower_topics.launch import with_superlink
 
     if not config.get("resume"):
         RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run
     started = time.time()
-    with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
-        app_dir = Path(tmp) / "app"
-        run_config = write_app(app_dir, config)
-        code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
-                              num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
-                              flwr_home=Path(tmp) / "flwr-home")
+    prepared: dict[str, Any] = {}
+    failed = threading.Event()  # the parties fail the same way: the run's own lines are not shown
+
+    def prepare() -> None:
+        try:
+            prepared["shares"] = _share_sizes(config, num_clients)
+        except Exception as exc:  # noqa: BLE001 - raised in the caller's thread below
+            prepared["error"] = exc
+            failed.set()
+
+    preparing = threading.Thread(target=prepare, name="flower-topics-shares", daemon=True)
+    preparing.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
+            app_dir = Path(tmp) / "app"
+            run_config = write_app(app_dir, config)
+            code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
+                                  num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
+                                  flwr_home=Path(tmp) / "flwr-home", quiet=failed)
+    finally:
+        preparing.join()
+    if "error" in prepared:
+        raise prepared["error"]
+    shares = prepared["shares"]
     model_path = out_dir / "model.npz"
     if code != 0 or not model_path.exists():
         raise RuntimeError(f"the federated run wrote no model to {model_path}: see the lines above for the error")
