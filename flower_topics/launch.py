@@ -189,7 +189,8 @@ def free_port() -> int:
 #: freed, up to 32 MiB, after which a round's K x V count arrays and Flower's message buffers come from
 #: the heap and stay resident. Fixed at 4 MiB for Flower's processes (and the Ray workers that serve the
 #: simulated parties, which inherit it): the peak PSS of a 5-party debian_large simulation at K = 100 falls
-#: by about 90 MiB with no slower round (docs/results.md); at 128 KiB its rounds were 40-60% slower.
+#: by about 90 MiB (docs/results.md); at 128 KiB its rounds were 40-60% slower. Every array above it is then a
+#: fresh map faulted in page by page, so hot paths reuse their large arrays (:mod:`flower_topics.scratch`).
 MALLOC_MMAP_THRESHOLD = 4 * 1024 * 1024
 
 
