@@ -47,4 +47,3 @@ def array(name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarr
         kept.pop(name, None)  # freed before the new one is made
         current = kept[name] = np.empty(shape, dtype)
     return current
-
