@@ -206,3 +206,21 @@ def test_random_bytes_decode_to_a_valid_matrix_or_a_reply_error(gaps_bytes, valu
     assert matrix.min() >= -1000 and matrix.max() <= 1000
     assert np.count_nonzero(matrix) == (values.size if gaps.size else np.count_nonzero(values))
     np.testing.assert_array_equal(counts.decode(*counts.encode(matrix), (2, 4)), matrix)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
+def test_every_integer_input_dtype_encodes_its_nonzero_cells_in_order(dtype):
+    """The compiled scan (range, nonzero count, then the nonzero cells without a branch) against numpy's
+    flatnonzero, for each integer dtype a caller may hand in; a last cell nonzero and zero both."""
+    rng = np.random.default_rng(5)
+    for last in (0, 1):
+        matrix = (rng.integers(0, 100, size=(7, 300)) * (rng.random((7, 300)) < 0.05)).astype(dtype)
+        if np.issubdtype(dtype, np.signedinteger):
+            matrix[0, :5] = -np.arange(1, 6, dtype=dtype)
+        matrix[-1, -1] = last
+        gaps, values = counts.encode(matrix)
+        nonzero = np.flatnonzero(matrix)
+        assert gaps.size == nonzero.size  # sparse at this density
+        np.testing.assert_array_equal(np.cumsum(gaps.astype(np.int64)) - 1, nonzero)
+        np.testing.assert_array_equal(values.astype(np.int64), matrix.ravel()[nonzero].astype(np.int64))
+        np.testing.assert_array_equal(counts.decode(gaps, values, matrix.shape), matrix.astype(np.int64))
