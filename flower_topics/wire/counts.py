@@ -105,9 +105,7 @@ def encode(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     dense_dtype = smallest_dtype(low, high)
     if count == 0:
         return np.zeros(0, GAP_DTYPES[0]), np.zeros(0, np.uint8)
-    nonzero, nonzero_values = np.empty(count + 1, np.int64), np.empty(count + 1, flat.dtype)
-    _nonzero_cells(flat, nonzero, nonzero_values)
-    nonzero, nonzero_values = nonzero[:count], nonzero_values[:count]
+    nonzero, nonzero_values = _nonzero(flat, count)
     value_dtype = smallest_dtype(nonzero_values.min(), nonzero_values.max())
     gaps = np.diff(nonzero, prepend=-1)
     largest_gap = int(gaps.max())
@@ -128,6 +126,13 @@ def _range_and_nonzeros(flat):  # pragma: no cover - compiled
         low, high = min(low, x), max(high, x)
         count += x != 0
     return low, high, count
+
+
+def _nonzero(flat: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The flat indices (int64, increasing) and the values of the ``count`` nonzero entries of 1-D ``flat``."""
+    index, values = np.empty(count + 1, np.int64), np.empty(count + 1, flat.dtype)
+    _nonzero_cells(flat, index, values)
+    return index[:count], values[:count]
 
 
 @njit(cache=True, nogil=True)
@@ -204,8 +209,7 @@ def decode_entries(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...],
     dtype = np.dtype(dtype)
     index, entries = _checked(gaps, values, shape, dtype, minimum, maximum, what)
     if index is None:
-        index = np.flatnonzero(entries)
-        entries = entries[index]
+        index, entries = _nonzero(entries, int(np.count_nonzero(entries)))
     return index.astype(np.int64, copy=False), entries.astype(dtype)
 
 
