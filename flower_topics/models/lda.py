@@ -35,6 +35,7 @@ seed and kernel, and independent of numba's global generator.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Literal
 
 import numpy as np
@@ -93,7 +94,8 @@ def _prefetch(typingctx, array, index):  # pragma: no cover - numba
 #: Lanes of the dense kernel: topic j is in lane ``j % lanes``, and a token's probabilities
 #: are summed per lane (one SIMD vector of float32: 8 for AVX2), so that the sums vectorize.
 #: Up to ``_FEW_TOPICS`` topics 4 lanes pad less and search fewer lane sums (measured faster
-#: at K=20 on BBC_News, slower at K=100; docs/results.md).
+#: at K=20 on BBC_News, slower at K=100; docs/results.md), and K is a compile-time constant
+#: (:func:`_dense_kernel_for`).
 _LANES = 8
 _FEW_TOPICS = 32
 
@@ -104,8 +106,9 @@ def _recip(x):  # pragma: no cover - numba
     return np.float32(1.0 / x) if x > 0 else np.float32(0.0)
 
 
-def _make_dense_kernel(lanes: int) -> Callable[..., None]:
-    """The dense kernel with ``lanes`` lanes, a compile-time constant (numba caches each by it)."""
+def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
+    """The dense kernel with ``lanes`` lanes and, if ``topics`` > 0, that many topics, both compile-time
+    constants (numba caches each kernel by them); ``topics=0``: K taken from the counts at run time."""
 
     @njit(cache=True, nogil=True, fastmath=_FASTMATH)
     def dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms):  # pragma: no cover - numba
@@ -137,7 +140,7 @@ def _make_dense_kernel(lanes: int) -> Callable[..., None]:
         when the document changes, and for the token's old and new topic at each move, so
         that a token's loop over topics reads one row of counts, not two (4% faster at K=20).
         """
-        n_topics = nk.shape[0]
+        n_topics = topics if topics else nk.shape[0]
         width = (n_topics + lanes - 1) // lanes * lanes
         inv = np.zeros(width, np.float32)  # 1 / (n_k + V beta), 0 on the padding topics
         inv_less = np.zeros(n_topics, np.float32)  # 1 / (n_k - 1 + V beta)
@@ -206,13 +209,20 @@ def _make_dense_kernel(lanes: int) -> Callable[..., None]:
     return dense_kernel
 
 
-_DENSE_KERNELS = {lanes: _make_dense_kernel(lanes) for lanes in (4, _LANES)}
+_DENSE_KERNEL_ANY_K = _make_dense_kernel(_LANES)
+
+
+@functools.cache
+def _dense_kernel_for(n_topics: int) -> Callable[..., None]:
+    """The dense kernel for K topics: up to ``_FEW_TOPICS``, 4 lanes and K fixed at compile time (its loops
+    unrolled: 15% faster at K=20 on BBC_News, none at K=50 and 4% slower at K=300, docs/results.md), about
+    0.5 s to compile once per K (then loaded from numba's cache); above, ``_LANES`` lanes for any K."""
+    return _make_dense_kernel(4, n_topics) if n_topics <= _FEW_TOPICS else _DENSE_KERNEL_ANY_K
 
 
 def _dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms):
-    """The dense kernel: 4 lanes up to ``_FEW_TOPICS`` topics, else ``_LANES``."""
-    _DENSE_KERNELS[4 if nk.shape[0] <= _FEW_TOPICS else _LANES](
-        tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms)
+    """The dense kernel for ``nk``'s number of topics (:func:`_dense_kernel_for`)."""
+    _dense_kernel_for(nk.shape[0])(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms)
 
 
 def _with_slack(name: str, shape: tuple[int, int]) -> np.ndarray:
