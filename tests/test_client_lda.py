@@ -24,7 +24,9 @@ def _counts(corpus: Corpus, z: np.ndarray) -> np.ndarray:
 
 
 def _round(corpus, global_counts, state, r, applied, seed=1):
-    return train_round(corpus, global_counts, state, server_round=r, last_applied_round=applied,
+    """A round against the K x V ``global_counts`` (handed over word-major, as a party decodes them)."""
+    word_major = np.ascontiguousarray(np.asarray(global_counts).T, dtype=np.int32)
+    return train_round(corpus, word_major, state, server_round=r, last_applied_round=applied,
                        settings=LDASettings(n_topics=K, alpha=0.1, beta=0.01, local_sweeps=2), seed=seed)
 
 

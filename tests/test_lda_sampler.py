@@ -13,7 +13,8 @@ from scipy.stats import chisquare
 
 from flower_topics import scratch
 from flower_topics.data.corpus import Corpus
-from flower_topics.models.lda import _LANES, SPARSE_MIN_TOPICS, CollapsedGibbs, choose_kernel, fit_lda, topic_word_distribution
+from flower_topics.models.lda import (_LANES, SPARSE_MIN_TOPICS, CollapsedGibbs, choose_kernel, fit_lda,
+                                      topic_word_distribution, word_topic_buffer)
 
 KERNELS = ["dense", "sparse"]
 
@@ -183,6 +184,36 @@ def test_a_sweep_does_not_depend_on_what_its_work_arrays_held(kernel):
     np.testing.assert_array_equal(n, fresh[0][1])
     for name, shape in work.items():  # the sweep used the poisoned arrays (it did not replace them)
         assert scratch.array(name, shape, np.int32) is poisoned[name]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_word_major_sweeps_draw_as_sweep_does(kernel):
+    """``sweep_word_topic`` on the transpose of ``sweep``'s counts makes the same draws and counts, whether the
+    counts are the sampler's own buffer (swept in place) or another array (copied in and out); and
+    ``topic_word_change`` is the counts after minus those before, cell for cell."""
+    rng = np.random.default_rng(8)
+    corpus = Corpus.from_documents([rng.integers(0, 12, rng.integers(3, 20)) for _ in range(9)],
+                                   [f"w{i}" for i in range(12)])
+    others = rng.integers(0, 3, (4, 12)).astype(np.int32)
+    reference = CollapsedGibbs(corpus, 4, 0.1, 0.05, seed=2, kernel=kernel)
+    n_kw = reference.topic_word_counts() + others
+    reference.sweep(n_kw, 3)
+    for in_buffer in (True, False):
+        s = CollapsedGibbs(corpus, 4, 0.1, 0.05, seed=2, kernel=kernel)
+        start = s.z.copy()
+        before = s.topic_word_counts()
+        n_wk = word_topic_buffer(12, 4) if in_buffer else np.empty((12, 4), np.int32)
+        n_wk[...] = (before + others).T
+        s.sweep_word_topic(n_wk, 3)
+        np.testing.assert_array_equal(s.z, reference.z)
+        np.testing.assert_array_equal(n_wk, n_kw.T)
+        change = s.topic_word_change(start)
+        assert change.dtype == np.int32
+        np.testing.assert_array_equal(change, s.topic_word_counts() - before)
+    with pytest.raises(ValueError, match="z_before"):
+        s.topic_word_change(np.full(corpus.n_tokens, 4))
+    with pytest.raises(ValueError, match="n_wk"):
+        s.sweep_word_topic(n_kw)  # topic-major
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -154,6 +154,29 @@ def test_decode_into_a_work_array_overwrites_what_it_held(density):
     assert (out == 5).all()  # a refused form writes nothing
 
 
+@pytest.mark.parametrize("density", [0.05, 1.0])  # the sparse form, then the dense one
+def test_decode_transposed_gives_the_exact_transpose(density):
+    """A receiver that works on the columns (an lda party's word-major counts) gets the matrix's transpose, also
+    written into a stale work array, and a refused form writes nothing there either."""
+    rng = np.random.default_rng(5)
+    matrix = (rng.integers(1, 70_000, size=(5, 37)) * (rng.random((5, 37)) < density)).astype(np.int32)
+    gaps, values = counts.encode(matrix)
+    assert (gaps.size > 0) == (density < 1)
+    fresh = counts.decode(gaps, values, (5, 37), dtype=np.int32, transposed=True)
+    assert fresh.shape == (37, 5) and fresh.flags.c_contiguous and fresh.dtype == np.int32
+    np.testing.assert_array_equal(fresh, matrix.T)
+    out = np.full((37, 5), -7, np.int32)
+    assert counts.decode(gaps, values, (5, 37), dtype=np.int32, out=out, transposed=True) is out
+    np.testing.assert_array_equal(out, matrix.T)
+    with pytest.raises(ValueError, match=r"shape \(37, 5\)"):
+        counts.decode(gaps, values, (5, 37), dtype=np.int32, out=np.zeros((5, 37), np.int32), transposed=True)
+    hostile = np.concatenate([gaps, [0]]).astype(gaps.dtype), np.concatenate([values, [1]]).astype(values.dtype)
+    out[...] = 5
+    with pytest.raises(ReplyError):
+        counts.decode(*hostile, (5, 37), dtype=np.int32, out=out, transposed=True)
+    assert (out == 5).all()
+
+
 def test_decoding_against_a_lying_shape_is_refused():
     """No shape travels: a matrix encoded for one shape does not decode as another, except when it fits."""
     gaps, values = counts.encode(np.arange(15).reshape(3, 5))  # dense uint8, 15 values

@@ -27,11 +27,10 @@ import numpy as np
 
 from flwr.app import ArrayRecord, ConfigRecord
 
-from flower_topics import scratch
 from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
-from flower_topics.models.lda import CollapsedGibbs
+from flower_topics.models.lda import CollapsedGibbs, word_topic_buffer
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.wire import lda as wire
 
@@ -73,7 +72,10 @@ def train_round(
     corpus : Corpus
         This client's training documents.
     global_counts : np.ndarray
-        ``(K, V)`` global topic-word counts from the server.
+        ``(V, K)`` int32 global counts from the server, word-major (the transpose of the server's ``K x V``
+        matrix, as :func:`~flower_topics.wire.lda.decode_counts` gives them with ``word_major``); swept in place,
+        so they hold the counts after the round on return. Decoded into
+        :func:`~flower_topics.models.lda.word_topic_buffer`, they are swept without a copy.
     state : LDAClientState
         Assignments kept between rounds; updated in place.
     server_round : int
@@ -89,25 +91,26 @@ def train_round(
     -------
     np.ndarray
         ``(K, V)`` int32 change of this client's topic-word counts, to be added to
-        the global counts by the server.
+        the global counts by the server: made from its assignments before and after the sweeps
+        (:meth:`~flower_topics.models.lda.CollapsedGibbs.topic_word_change`), the same integers as the
+        counts after the round minus those received.
     """
-    expected = (settings.n_topics, corpus.n_words)
+    expected = (corpus.n_words, settings.n_topics)
     if global_counts.shape != expected:
-        raise ValueError(f"global counts have shape {global_counts.shape}, expected {expected}")
+        raise ValueError(f"global counts have shape {global_counts.shape}, expected {expected} (word-major)")
     rng = np.random.default_rng([seed, server_round])
     base_z = acknowledge(state, last_applied_round)
     sampler = CollapsedGibbs(corpus, settings.n_topics, settings.alpha, settings.beta, rng,
                              z=None if base_z is None else base_z.copy())
-    working = scratch.array("lda.working-counts", expected, np.int32)
-    np.copyto(working, global_counts)
     if base_z is None:  # first update: the server does not hold this client's counts yet
-        working += sampler.topic_word_counts()
-    sampler.sweep(working, n_sweeps=settings.local_sweeps)
+        global_counts += sampler.topic_word_counts().T
+    start = sampler.z.copy()
+    sampler.sweep_word_topic(global_counts, n_sweeps=settings.local_sweeps)
     # kept in the smallest unsigned type that holds K - 1 (uint8 up to 256 topics): context.state serializes
     # it at every message, and the sampler takes it back as int32
     state.pending = sampler.z.astype(np.min_scalar_type(settings.n_topics - 1))
     state.pending_round = server_round
-    return np.subtract(working, global_counts, dtype=np.int32)
+    return sampler.topic_word_counts() if base_z is None else sampler.topic_word_change(start)
 
 
 def secure_headroom(corpus: Corpus, limit: int) -> str | None:
@@ -136,9 +139,8 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
         problem = secure_headroom(corpus, int(config[ENTRY_LIMIT]))
         if problem:
             raise UserInputError(problem)
-    global_counts = wire.decode_counts(arrays, settings, corpus.n_words,
-                                       out=scratch.array("lda.global-counts", (settings.n_topics, corpus.n_words),
-                                                         np.int32))
+    global_counts = wire.decode_counts(arrays, settings, corpus.n_words, word_major=True,
+                                       out=word_topic_buffer(corpus.n_words, settings.n_topics))
     delta = train_round(corpus, global_counts, state, server_round=int(config["server-round"]),
                         last_applied_round=int(config["last-applied-round"]), settings=settings, seed=seed)
     return wire.delta_arrays(delta, settings), {"num-tokens": corpus.n_tokens}

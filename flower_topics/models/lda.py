@@ -232,6 +232,33 @@ def _with_slack(name: str, shape: tuple[int, int]) -> np.ndarray:
     return scratch.array(name, (size + _LANES,), np.int32)[:size].reshape(shape)
 
 
+def word_topic_buffer(n_words: int, n_topics: int) -> np.ndarray:
+    """This thread's ``(V, K)`` int32 word-major counts, the array the kernels sweep: counts written here (a
+    federated party decodes the server's counts into it) are swept in place by
+    :meth:`CollapsedGibbs.sweep_word_topic`, with no copy in or out. Its contents are whatever was last written."""
+    return _with_slack("lda.word-topic", (n_words, n_topics))
+
+
+@njit(cache=True, nogil=True)
+def _topic_totals(wk):  # pragma: no cover - numba
+    """``n_k`` (int64) of the word-major counts ``wk`` (V x K): one pass (numpy's ``sum(axis=0)`` of int32 into
+    int64 takes 7x as long)."""
+    nk = np.zeros(wk.shape[1], np.int64)
+    for w in range(wk.shape[0]):
+        for k in range(wk.shape[1]):
+            nk[k] += wk[w, k]
+    return nk
+
+
+@njit(cache=True, nogil=True)
+def _count_change(tokens, before, after, change):  # pragma: no cover - numba
+    """Add to ``change`` (K x V) the topic-word counts of ``after`` minus those of ``before`` (one topic per token)."""
+    for t in range(tokens.shape[0]):
+        if before[t] != after[t]:
+            change[before[t], tokens[t]] -= 1
+            change[after[t], tokens[t]] += 1
+
+
 @njit(cache=True, nogil=True)
 def _holds_own_counts_and_doc_topics(wk, tokens, doc_ids, z, dk, own):  # pragma: no cover - numba
     """Whether ``wk`` (V x K) is at least the counts of ``z`` in every cell; sets ``dk`` (D x K) to the
@@ -532,6 +559,24 @@ class CollapsedGibbs:
                            minlength=self.n_topics * self.corpus.n_words)
         return flat.reshape(self.n_topics, self.corpus.n_words).astype(np.int32)
 
+    def topic_word_change(self, z_before: np.ndarray) -> np.ndarray:
+        """``(K, V)`` ``int32``: the topic-word counts of the current assignments minus those of ``z_before``
+        (one topic per token), in one pass over the tokens: what the sweeps since ``z_before`` added to the
+        counts they conditioned on.
+
+        Raises
+        ------
+        ValueError
+            If ``z_before`` does not hold one topic in ``[0, K)`` per token.
+        """
+        z_before = np.ascontiguousarray(z_before, dtype=np.int32)
+        if z_before.shape != self.z.shape or (z_before.size and (z_before.min() < 0
+                                                                 or z_before.max() >= self.n_topics)):
+            raise ValueError(f"z_before must hold one topic in [0, {self.n_topics}) per token ({self.z.size})")
+        change = np.zeros((self.n_topics, self.corpus.n_words), np.int32)
+        _count_change(self.corpus.tokens, z_before, self.z, change)
+        return change
+
     def _word_major(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sparse kernel's visiting order: token positions, their words and their documents' list offsets."""
         if self._by_word is None:
@@ -568,18 +613,47 @@ class CollapsedGibbs:
             raise ValueError("n_sweeps must be >= 1")
         self._sweep(n_kw, n_sweeps, None)
 
+    def sweep_word_topic(self, n_wk: np.ndarray, n_sweeps: int = 1) -> None:
+        """:meth:`sweep` on word-major counts: ``n_wk`` is the ``(V, K)`` transpose of ``sweep``'s ``n_kw``
+        (any layout), updated in place. The array of :func:`word_topic_buffer` is swept without a copy: a
+        federated party's round (:func:`flower_topics.clients.lda.train_round`) then never builds its counts
+        topic-major.
+
+        Raises
+        ------
+        ValueError
+            As :meth:`sweep`.
+        """
+        expected = (self.corpus.n_words, self.n_topics)
+        if n_wk.shape != expected or n_wk.dtype != np.int32:
+            raise ValueError(f"n_wk must be an int32 array of shape {expected}, got {n_wk.dtype}{n_wk.shape}")
+        if n_sweeps < 1:
+            raise ValueError("n_sweeps must be >= 1")
+        wk = word_topic_buffer(*expected)
+        in_place = n_wk.ctypes.data == wk.ctypes.data and n_wk.strides == wk.strides
+        if not in_place:
+            np.copyto(wk, n_wk)
+        self._sweep_buffer(wk, n_sweeps, None)
+        if not in_place:
+            np.copyto(n_wk, wk)
+
     def _sweep(self, n_kw: np.ndarray, n_sweeps: int, positions: np.ndarray | None) -> None:
         """``sweep`` over the tokens at ``positions`` in that order (all, in the kernel's order, when None).
 
         A single position draws that token once from its full conditional given all
         others: the exactness tests use it.
         """
+        wk = word_topic_buffer(self.corpus.n_words, self.n_topics)
+        wk[...] = n_kw.T  # word-major copy
+        self._sweep_buffer(wk, n_sweeps, positions)
+        n_kw[...] = wk.T
+
+    def _sweep_buffer(self, wk: np.ndarray, n_sweeps: int, positions: np.ndarray | None) -> None:
+        """:meth:`_sweep` on :func:`word_topic_buffer`'s array ``wk``, in place."""
         corpus = self.corpus
-        nk = n_kw.sum(axis=1, dtype=np.int64)
+        nk = _topic_totals(wk)
         v_beta = corpus.n_words * self.beta
         if self.kernel == "dense":
-            wk = _with_slack("lda.word-topic", (corpus.n_words, self.n_topics))
-            wk[...] = n_kw.T  # word-major copy
             dk = _with_slack("lda.doc-topic", (corpus.n_docs, self.n_topics))
             own = scratch.array("lda.own-word-topic", wk.shape, np.int32)
             if not _holds_own_counts_and_doc_topics(wk, corpus.tokens, self._doc_ids, self.z, dk, own):
@@ -594,10 +668,7 @@ class CollapsedGibbs:
             for _ in range(n_sweeps):
                 self.rng.random(out=uniforms, dtype=np.float32)
                 _dense_kernel(tokens, doc_ids, z, dk, wk, nk, self.alpha, self.beta, v_beta, uniforms)
-            n_kw[...] = wk.T
         else:
-            wk = _with_slack("lda.word-topic", (corpus.n_words, self.n_topics))
-            wk[...] = n_kw.T  # word-major copy
             order, all_words, all_offsets = self._word_major()
             z = self.z[order]
             if not _holds_own_counts(wk, all_words, z):  # in word order: a row at a time
@@ -613,7 +684,6 @@ class CollapsedGibbs:
             for _ in range(n_sweeps):
                 _sparse_kernel(words, offsets, z, wk, nk, lists, self.alpha, self.beta, v_beta,
                                self.rng.random(words.shape[0]), max_len)
-            n_kw[...] = wk.T
         if positions is not None:
             self.z[positions] = z
 

@@ -150,7 +150,7 @@ def _nonzero_cells(flat, index, values):  # pragma: no cover - compiled
 
 def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtype: np.dtype | type = np.int64,
            minimum: int | None = None, maximum: int | None = None, what: str = "matrix",
-           out: np.ndarray | None = None) -> np.ndarray:
+           out: np.ndarray | None = None, transposed: bool = False) -> np.ndarray:
     """The exact matrix of a wire form, after checking it (see the module docstring).
 
     Parameters
@@ -166,13 +166,16 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
     what : str
         What the matrix is, for error messages.
     out : np.ndarray, optional
-        A C-contiguous array of ``shape`` and ``dtype`` to write the matrix into (it is written only once
-        the wire form has passed every check); a new one by default.
+        A C-contiguous array of ``shape`` (reversed when ``transposed``) and ``dtype`` to write the matrix into
+        (it is written only once the wire form has passed every check); a new one by default.
+    transposed : bool
+        Return the matrix's transpose instead, C-contiguous (a receiver that reads the matrix by columns);
+        the sparse form's cells are written there directly.
 
     Returns
     -------
     np.ndarray
-        The matrix, of ``shape`` and ``dtype`` (``out`` when given).
+        The matrix (or its transpose), of ``dtype`` (``out`` when given).
 
     Raises
     ------
@@ -180,20 +183,34 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
         Naming the first problem (see the module docstring).
     """
     dtype = np.dtype(dtype)
-    if out is not None and (out.shape != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous):
-        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {tuple(shape)}")
+    out_shape = tuple(shape)[::-1] if transposed else tuple(shape)
+    if out is not None and (out.shape != out_shape or out.dtype != dtype or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {out_shape}")
     index, entries = _checked(gaps, values, shape, dtype, minimum, maximum, what)
     if index is None:  # the dense form
+        matrix = entries.reshape(shape).T if transposed else entries.reshape(shape)
         if out is None:
-            return entries.astype(dtype).reshape(shape)
-        np.copyto(out, entries.reshape(shape), casting="unsafe")  # every value checked to fit dtype
+            return matrix.astype(dtype, order="C")
+        np.copyto(out, matrix, casting="unsafe")  # every value checked to fit dtype
         return out
     if out is None:
-        out = np.zeros(shape, dtype)
+        out = np.zeros(out_shape, dtype)
     else:
         out.fill(0)
-    out.reshape(-1)[index] = entries
+    if transposed:
+        _scatter_transposed(index, entries, shape[0], shape[1], out.reshape(-1))
+    else:
+        out.reshape(-1)[index] = entries
     return out
+
+
+@njit(cache=True, nogil=True)
+def _scatter_transposed(index, values, n_rows, n_cols, out):  # pragma: no cover - compiled
+    """Write ``values[i]`` at the cell of flat row-major index ``index[i]`` of an ``n_rows x n_cols`` matrix into
+    ``out``, the flat C-order transpose (``n_cols x n_rows``)."""
+    for i in range(index.shape[0]):
+        row = index[i] // n_cols
+        out[(index[i] - row * n_cols) * n_rows + row] = values[i]
 
 
 def decode_entries(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *,

@@ -110,13 +110,15 @@ def counts_arrays(counts: np.ndarray) -> ArrayRecord:
     return wire_counts.encode_record(counts, COUNTS_KEY)
 
 
-def decode_counts(record: ArrayRecord, settings: LDASettings, vocab_size: int, *, out: np.ndarray | None = None
-                  ) -> np.ndarray:
-    """The ``K x V`` int32 global counts of a server message (a party's side), written into ``out`` when given
+def decode_counts(record: ArrayRecord, settings: LDASettings, vocab_size: int, *, out: np.ndarray | None = None,
+                  word_major: bool = False) -> np.ndarray:
+    """The ``K x V`` int32 global counts of a server message (a party's side), or with ``word_major`` their
+    ``V x K`` transpose (what the sampler sweeps), written into ``out`` when given
     (:func:`~flower_topics.wire.counts.decode`); a malformed or out-of-range matrix raises
     :class:`~flower_topics.wire.protocol.ReplyError`."""
     return wire_counts.decode_record(record, COUNTS_KEY, (settings.n_topics, vocab_size), dtype=np.int32,
-                                     minimum=0, maximum=COUNT_LIMIT, what="global topic-word counts", out=out)
+                                     minimum=0, maximum=COUNT_LIMIT, what="global topic-word counts", out=out,
+                                     transposed=word_major)
 
 
 def delta_arrays(delta: np.ndarray, settings: LDASettings) -> dict[str, np.ndarray]:
