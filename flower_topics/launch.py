@@ -128,18 +128,27 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
     assert process.stdout is not None
-    for line in process.stdout:
-        submitted = _RUN_STARTED.search(_ANSI.sub("", line))
-        if submitted and started is not None:
-            started.append(int(submitted.group(1)))
-        if quiet is not None and quiet.is_set():
-            continue
-        if not verbose:
-            line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
-            if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
+    try:
+        for line in process.stdout:
+            submitted = _RUN_STARTED.search(_ANSI.sub("", line))
+            if submitted and started is not None:
+                started.append(int(submitted.group(1)))
+            if quiet is not None and quiet.is_set():
                 continue
-        print(line, end="", flush=True)
-    return process.wait()
+            if not verbose:
+                line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
+                if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
+                    continue
+            print(line, end="", flush=True)
+        return process.wait()
+    finally:  # left early (interrupted): the command is stopped too, by its PID
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def process_tree(pid: int) -> list[int]:
@@ -248,10 +257,28 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout: float) -> None:
     raise TimeoutError(f"nothing listened on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat``), or None once it is gone or a
+    zombie: with the PID it names one process, never a later one that reuses the number."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
 def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
-    """Stop ``process`` and its process group by PID: SIGTERM, then SIGKILL."""
+    """Stop ``process``, its process group and every process below it, by PID: SIGTERM, then SIGKILL after
+    ``grace`` seconds.
+
+    Flower's SuperLink and SuperNodes start their SuperExec, ServerApp (``flwr-simulation``, with Ray's
+    processes below it) and ClientApp processes in sessions of their own: stopping the group alone left a run
+    that was interrupted going on without its SuperLink. So the processes below ``process`` are listed first,
+    and those still there once the group is gone are stopped as well.
+    """
     if process.poll() is not None:
         return
+    below = {pid: _started(pid) for pid in process_tree(process.pid)[1:]}
     try:
         os.killpg(process.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -261,20 +288,57 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=grace)
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        below = {pid: started for pid, started in below.items() if started is not None and _started(pid) == started}
+        for pid in below:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while below and time.monotonic() < deadline:
+            time.sleep(0.1)
+            below = {pid: started for pid, started in below.items() if _started(pid) == started}
+        if not below:
+            return
+
+
+@contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """While the block runs (in the main thread), SIGTERM raises ``SystemExit(143)`` instead of ending this
+    process at once, so that the block's ``finally`` clauses stop the processes it started (the SIGTERM of a
+    job scheduler or of ``timeout`` otherwise left a SuperLink and its whole run behind). Elsewhere, and for a
+    caller that handles SIGTERM itself, nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def exit_on_sigterm(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second SIGTERM does not cut the clean-up short
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager
 def _listening(cmd: list[str], flwr_home: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen]:
-    """Start ``cmd`` in its own process group, wait until it listens on ``port``, stop it by PID."""
+    """Start ``cmd`` in its own process group, wait until it listens on ``port``, stop it (and what it started)
+    by PID, also when this process gets SIGTERM meanwhile (:func:`_sigterm_exits`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-    try:
-        wait_for_port(port, process, timeout=60)
-        yield process
-    finally:
-        stop(process)
+    with _sigterm_exits():
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        try:
+            wait_for_port(port, process, timeout=60)
+            yield process
+        finally:
+            stop(process)
 
 
 @contextmanager
