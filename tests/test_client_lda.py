@@ -71,3 +71,27 @@ def test_reproducible_from_the_seed():
     np.testing.assert_array_equal(_round(corpus, zero, a, 1, 0, seed=5), _round(corpus, zero, b, 1, 0, seed=5))
     c = LDAClientState()
     assert not np.array_equal(_round(corpus, zero, c, 1, 0, seed=6), _round(corpus, zero, LDAClientState(), 1, 0, seed=5))
+
+
+def test_the_change_is_the_counts_difference_on_either_path():
+    """A party takes its change as the difference of its counts when they have fewer cells than it has tokens,
+    else from its topics before and after: both give the counts of its new topics minus those of its old ones."""
+    corpus = _corpus(9, n_docs=10)
+    for n_topics in (3, 40):  # 18 cells (fewer than the tokens), then 240 (more)
+        assert (n_topics * V < corpus.n_tokens) == (n_topics == 3)
+        settings = LDASettings(n_topics=n_topics, alpha=0.1, beta=0.01, local_sweeps=2)
+        state = LDAClientState()
+        others = np.random.default_rng(n_topics).integers(0, 4, (n_topics, V)).astype(np.int32)
+        held = others + train_round(corpus, np.ascontiguousarray(others.T), state, server_round=1,
+                                    last_applied_round=0, settings=settings, seed=4)
+        for r in range(2, 5):
+            old = state.pending.astype(np.int64)
+            received = np.ascontiguousarray(held.T, dtype=np.int32)
+            delta = train_round(corpus, received.copy(), state, server_round=r, last_applied_round=r - 1,
+                                settings=settings, seed=4)
+            counts = np.zeros((n_topics, V), np.int64)
+            np.add.at(counts, (state.pending.astype(np.int64), corpus.tokens), 1)
+            np.add.at(counts, (old, corpus.tokens), -1)
+            assert delta.dtype == np.int32 and delta.flags.c_contiguous
+            np.testing.assert_array_equal(delta, counts)
+            held = held + delta

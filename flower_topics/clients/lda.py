@@ -91,9 +91,9 @@ def train_round(
     -------
     np.ndarray
         ``(K, V)`` int32 change of this client's topic-word counts, to be added to
-        the global counts by the server: made from its assignments before and after the sweeps
-        (:meth:`~flower_topics.models.lda.CollapsedGibbs.topic_word_change`), the same integers as the
-        counts after the round minus those received.
+        the global counts by the server: the counts after the round minus those received, taken as that
+        difference when the counts have fewer cells than the party has tokens, else from its assignments
+        before and after the sweeps (:meth:`~flower_topics.models.lda.CollapsedGibbs.topic_word_change`).
     """
     expected = (corpus.n_words, settings.n_topics)
     if global_counts.shape != expected:
@@ -104,13 +104,20 @@ def train_round(
                              z=None if base_z is None else base_z.copy())
     if base_z is None:  # first update: the server does not hold this client's counts yet
         global_counts += sampler.topic_word_counts().T
-    start = sampler.z.copy()
+    # the change, from whichever is smaller: the counts before the sweeps (their difference) or the topics
+    # before them (one pass over the tokens); the same integers either way
+    from_counts = global_counts.size < corpus.n_tokens
+    before = global_counts.copy() if from_counts else sampler.z.copy()
     sampler.sweep_word_topic(global_counts, n_sweeps=settings.local_sweeps)
     # kept in the smallest unsigned type that holds K - 1 (uint8 up to 256 topics): context.state serializes
     # it at every message, and the sampler takes it back as int32
     state.pending = sampler.z.astype(np.min_scalar_type(settings.n_topics - 1))
     state.pending_round = server_round
-    return sampler.topic_word_counts() if base_z is None else sampler.topic_word_change(start)
+    if base_z is None:
+        return sampler.topic_word_counts()
+    if from_counts:
+        return np.ascontiguousarray(np.subtract(global_counts, before, dtype=np.int32).T)
+    return sampler.topic_word_change(before)
 
 
 def secure_headroom(corpus: Corpus, limit: int) -> str | None:
