@@ -152,12 +152,14 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
 
 
 def process_tree(pid: int) -> list[int]:
-    """``pid`` and every process below it, parents before children (Linux ``/proc``).
+    """``pid`` and every process below it, parents before children (Linux ``/proc``; elsewhere ``[pid]``).
 
     Flower's SuperLink and SuperNodes start their SuperExec, ServerApp and ClientApp
     processes in sessions of their own, so a process group does not hold them all.
     """
     children: dict[int, list[int]] = {}
+    if not Path("/proc").is_dir():  # not Linux: only the process itself is known
+        return [pid]
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from flower_topics import launch
 from flower_topics.launch import _started, process_tree
 
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4",
@@ -64,3 +65,12 @@ def test_an_interrupted_simulation_stops_every_process_it_started(tmp_path, sign
         for pid, started in below.items():
             if started is not None and _started(pid) == started:
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_stop_works_without_proc(monkeypatch):
+    """Where there is no /proc (macOS), the process tree is the process alone and stop() still stops it by PID."""
+    monkeypatch.setattr(launch.Path, "is_dir", lambda self: False)
+    assert process_tree(os.getpid()) == [os.getpid()]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    launch.stop(child, grace=10)
+    assert child.poll() is not None
