@@ -269,6 +269,11 @@ def _started(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+def _still_running(processes: dict[int, int | None]) -> dict[int, int]:
+    """Those of ``processes`` (PID: start time from :func:`_started`) that are still the same running processes."""
+    return {pid: started for pid, started in processes.items() if started is not None and _started(pid) == started}
+
+
 def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
     """Stop ``process``, its process group and every process below it, by PID: SIGTERM, then SIGKILL after
     ``grace`` seconds.
@@ -291,7 +296,7 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=grace)
     for signum in (signal.SIGTERM, signal.SIGKILL):
-        below = {pid: started for pid, started in below.items() if started is not None and _started(pid) == started}
+        below = _still_running(below)
         for pid in below:
             try:
                 os.kill(pid, signum)
@@ -300,7 +305,7 @@ def stop(process: subprocess.Popen, grace: float = 10.0) -> None:
         deadline = time.monotonic() + grace
         while below and time.monotonic() < deadline:
             time.sleep(0.1)
-            below = {pid: started for pid, started in below.items() if _started(pid) == started}
+            below = _still_running(below)
         if not below:
             return
 

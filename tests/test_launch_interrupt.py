@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from flower_topics import launch
-from flower_topics.launch import _started, process_tree
+from flower_topics.launch import _started, _still_running, process_tree
 
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4",
         "--set", "synthetic-shared-topics=2", "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",
@@ -56,15 +56,14 @@ def test_an_interrupted_simulation_stops_every_process_it_started(tmp_path, sign
         left = below
         while left and time.monotonic() < deadline:
             time.sleep(0.2)
-            left = {pid: started for pid, started in left.items() if started is not None and _started(pid) == started}
+            left = _still_running(left)
         assert not left, [_command(pid)[:80] for pid in left]
     finally:  # whatever the test found still running is stopped by its PID
         if process.poll() is None:
             process.kill()
             process.wait()
-        for pid, started in below.items():
-            if started is not None and _started(pid) == started:
-                os.kill(pid, signal.SIGKILL)
+        for pid in _still_running(below):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_stop_works_without_proc(monkeypatch):
