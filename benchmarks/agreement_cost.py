@@ -25,11 +25,11 @@ import argparse
 import csv
 from pathlib import Path
 
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import make_client_app
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import make_client_app
 from flower_topics.errors import UserInputError
-from flower_topics.outputs import read_metrics
-from flower_topics.server_app import run_server
+from flower_topics.run.outputs import read_metrics
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
 CORPORA = {"BBC_News": "../shared/datasets/BBC_News",

@@ -19,11 +19,11 @@ import statistics
 import time
 from pathlib import Path
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
-from flower_topics.metrics import evaluate_model
-from flower_topics.model_file import TopicModel, load_model, save_model
-from flower_topics.outputs import read_metrics
+from flower_topics.evaluation import evaluate_model
+from flower_topics.model.model_file import TopicModel, load_model, save_model
+from flower_topics.run.outputs import read_metrics
 from flower_topics.simulations import simulate
 
 METRICS = ("perplexity", "npmi", "umass", "diversity", "nmi", "purity", "macro_f1", "wall_time")

@@ -3,7 +3,7 @@
     python benchmarks/bench_evaluation.py --dataset ../shared/datasets/debian_large/corpus.jsonl --parties 5 --topics 100
 
 One party's share of a corpus (``partition-id=0`` of ``--parties``, the run's split) is
-scored as an ``evaluate`` message asks (:class:`flower_topics.evaluation.PartyScorer`, at a party's
+scored as an ``evaluate`` message asks (:class:`flower_topics.evaluation.federated.PartyScorer`, at a party's
 first evaluation and at a later one:
 held-out document completion, co-document counts of the model's top words, and, when the
 corpus has labels, the theta of every held-out document), against a random model of
@@ -26,8 +26,8 @@ import scipy.sparse as sp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flower_topics import evaluation  # noqa: E402
-from flower_topics.config import parse_run_config  # noqa: E402
+from flower_topics.evaluation import federated as evaluation  # noqa: E402
+from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.node_data import load_node_documents  # noqa: E402
 from flower_topics.metrics.inference import fold_in  # noqa: E402
 

@@ -31,7 +31,7 @@ import torch
 
 def prepare(out: Path, dataset: str, embeddings: bool) -> None:
     """A corpus' training documents (train + val of its split) as counts, and their embeddings (or none)."""
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
     from flower_topics.data.prepare import load_run_data
     from flower_topics.models.embeddings import embed_documents
 

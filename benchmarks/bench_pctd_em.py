@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from sklearn.decomposition import LatentDirichletAllocation
 from threadpoolctl import threadpool_limits
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.models.pctd import (
     SemanticUnits,

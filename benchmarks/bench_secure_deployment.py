@@ -30,10 +30,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flower_topics.config import parse_run_config  # noqa: E402
+from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import synthetic_config  # noqa: E402
 from flower_topics.data.synthetic import make_synthetic_corpus  # noqa: E402
-from flower_topics.launch import (  # noqa: E402
+from flower_topics.cli.superlink import (  # noqa: E402
     process_tree,
     resident_bytes,
     submit,

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from dplda_quality import train  # noqa: E402
 
-from flower_topics.config import parse_run_config  # noqa: E402
+from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import synthetic_config  # noqa: E402
 from flower_topics.data.synthetic import make_synthetic_corpus  # noqa: E402
 

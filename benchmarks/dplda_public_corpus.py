@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.data.synthetic import _draw_rows
 

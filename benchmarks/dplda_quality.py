@@ -23,11 +23,11 @@ import logging
 import time
 from pathlib import Path
 
-from flower_topics.client_app import make_client_app
-from flower_topics.config import parse_run_config
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
-from flower_topics.metrics import evaluate_model
-from flower_topics.server_app import run_server
+from flower_topics.evaluation import evaluate_model
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
 PARTIES = 5

@@ -42,12 +42,12 @@ from sklearn.metrics import f1_score, roc_auc_score  # noqa: E402
 from sklearn.model_selection import train_test_split  # noqa: E402
 
 from flower_topics.clients.fedlda import FedLDAClientState, train_round  # noqa: E402
-from flower_topics.config import parse_run_config  # noqa: E402
+from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import load_run_data  # noqa: E402
 from flower_topics.metrics.inference import infer_theta  # noqa: E402
-from flower_topics.model_file import TopicModel  # noqa: E402
+from flower_topics.model.model_file import TopicModel  # noqa: E402
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word  # noqa: E402
-from flower_topics.scoring import score  # noqa: E402
+from scoring import score  # noqa: E402
 from flower_topics.privacy.realized_ldp import realized_ldp, rrp_pair_deltas  # noqa: E402
 from flower_topics.strategies.fedlda import claimed_delta, replacement_probability  # noqa: E402
 from flower_topics.wire.fedlda import FedLDASettings  # noqa: E402

@@ -35,9 +35,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from flower_topics.client_app import make_client_app  # noqa: E402
-from flower_topics.outputs import read_metrics  # noqa: E402
-from flower_topics.server_app import run_server  # noqa: E402
+from flower_topics.federation.client_app import make_client_app  # noqa: E402
+from flower_topics.run.outputs import read_metrics  # noqa: E402
+from flower_topics.federation.server_app import run_server  # noqa: E402
 from flower_topics.simulations.inprocess import InProcessGrid  # noqa: E402
 
 SPLIT = "0.166667,0.333333,0.5"

@@ -20,7 +20,7 @@ attacked with the others as its shadow models:
 Trials are (model, document) pairs. The table gives the ROC AUC with a 95% bootstrap interval
 (documents resampled), TPR at 0.1% and 1% FPR, the empirical epsilon lower bound at 95%
 Clopper-Pearson confidence (test chosen on half of the trials, bound computed on the other
-half; ``flower_topics.privacy.audit.epsilon_lower_bound``) and the epsilon the model's own
+half; ``membership_audit.epsilon_lower_bound``) and the epsilon the model's own
 privacy report accounts. Writes ``attack.csv`` and ``attack.md`` to ``--out``; trained
 models are kept under ``--out/models`` and reused by a rerun.
 
@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from flower_topics.config import OPTIONS, parse_run_config
+from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import TopicModel, load_model
-from flower_topics.privacy.audit import (auc_interval, epsilon_lower_bound, lira_scores, log_likelihood_scores,
+from flower_topics.model.model_file import TopicModel, load_model
+from membership_audit import (auc_interval, epsilon_lower_bound, lira_scores, log_likelihood_scores,
                                          tpr_at_fpr)
 
 #: Per-method settings of the attacked models (README/docs settings), overridable from ``--methods``.
@@ -179,8 +179,8 @@ def _memoize_word_embeddings() -> None:
 def train_federated(run_config: dict[str, Any], out_dir: Path, num_parties: int = 5) -> TopicModel:
     """Train one model by the federated code path (ServerApp + ClientApp in process), ``num_parties`` parties."""
     _memoize_word_embeddings()
-    from flower_topics.client_app import make_client_app
-    from flower_topics.server_app import run_server
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
     from flower_topics.simulations.inprocess import InProcessGrid
 
     config = {**run_config, "output-dir": str(out_dir)}

@@ -18,7 +18,7 @@ evaluation), ProdLDA, K=20, ``norm="layer"``, batch 64, Adam lr 2e-3, one torch 
 - ``dp``: as ``federated`` with DP-SGD (noise multiplier ``--noise``, C = 1, delta 1e-5).
 
 Scores are the federated evaluation of the last round (document-completion perplexity on
-the parties' test documents, NPMI on their documents; :mod:`flower_topics.evaluation`).
+the parties' test documents, NPMI on their documents; :mod:`flower_topics.evaluation.federated`).
 Seconds per round: wall time between the first and the last round over the rounds in
 between; bytes per round: payload sent plus received (``metrics.jsonl``). Writes
 ``results.jsonl`` and prints a Markdown table.
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from flower_topics.client_app import make_client_app
-from flower_topics.outputs import read_metrics
-from flower_topics.server_app import run_server
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.outputs import read_metrics
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
 DATASET = str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News")

@@ -89,9 +89,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-import flower_topics.server_app as server_app
-from flower_topics.client_app import make_client_app
-from flower_topics.config import parse_run_config
+import flower_topics.federation.server_app as server_app
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.node_data import split_ratios
 from flower_topics.data.prepare import synthetic_config
 from flower_topics.data.splits import ensure_split

@@ -35,15 +35,15 @@ import numpy as np  # noqa: E402
 from fedlda_figures import write_csv  # noqa: E402
 from flwr.app import Array, ArrayRecord  # noqa: E402
 
-from flower_topics.client_app import client_seed  # noqa: E402
+from flower_topics.federation.client_app import client_seed  # noqa: E402
 from flower_topics.clients.pctd import PCTDClientState, train_round  # noqa: E402
-from flower_topics.config import parse_run_config  # noqa: E402
+from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import all_partitions, load_run_data  # noqa: E402
-from flower_topics.model_file import TopicModel  # noqa: E402
+from flower_topics.model.model_file import TopicModel  # noqa: E402
 from flower_topics.models.lda import CollapsedGibbs, topic_word_distribution  # noqa: E402
 from flower_topics.models.pctd_server import sum_statistics  # noqa: E402
 from flower_topics.privacy.gaussian import gaussian_epsilon, gaussian_sigma_for_epsilon  # noqa: E402
-from flower_topics.scoring import score  # noqa: E402
+from scoring import score  # noqa: E402
 from flower_topics.models.word_similarity import similarity_for_run  # noqa: E402
 from flower_topics.strategies.pctd import PCTD  # noqa: E402
 from flower_topics.wire.pctd import PHI_KEY, UNITS, PCTDSettings  # noqa: E402

@@ -14,7 +14,7 @@ the vocabulary; the final models are scored afterwards with the package's metric
 corpus' held-out documents (perplexity by document completion, NPMI of the top 10 words
 on the training documents).
 
-The membership attack (when :mod:`flower_topics.privacy.audit` is present) is the
+The membership attack (when benchmarks/membership_audit.py is present) is the
 likelihood-threshold attack: each document's per-token log-likelihood with theta folded
 in; members are the training documents, non-members the test documents; the AUC with its
 95% bootstrap interval. Runs already in ``--out`` are reused, not repeated. Writes
@@ -32,19 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from flower_topics.client_app import make_client_app
-from flower_topics.config import parse_run_config
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.data.splits import test_corpus
-from flower_topics.metrics import evaluate_model
-from flower_topics.metrics.evaluate import align_corpus
-from flower_topics.model_file import load_model
+from flower_topics.evaluation import evaluate_model
+from flower_topics.evaluation.centralized import align_corpus
+from flower_topics.model.model_file import load_model
 from flower_topics.privacy.document_level import (
     gaussian_document_epsilon,
     laplace_document_epsilon,
     unit_count_sensitivity,
 )
-from flower_topics.server_app import run_server
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
 PARTIES = 5
@@ -82,7 +82,7 @@ def train(config: dict[str, Any], out: Path) -> tuple[Any, float]:
 def attack(model: Any, data: Any) -> tuple[float, float, float] | None:
     """Likelihood-threshold membership attack: AUC and its 95% bootstrap interval (None without the audit)."""
     try:
-        from flower_topics.privacy.audit import auc_interval, log_likelihood_scores
+        from membership_audit import auc_interval, log_likelihood_scores
     except ImportError:
         return None
     members, _ = align_corpus(data.train, model.vocabulary)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import make_client_app
-from flower_topics.config import parse_run_config
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
 from flower_topics.simulations.inprocess import InProcessGrid

@@ -1,6 +1,6 @@
 """One run-config option: its default, its one-line help and its valid range.
 
-The global options (:mod:`flower_topics.config`) and every method's own options (its
+The global options (:mod:`flower_topics.run.config`) and every method's own options (its
 wire module, registered in :mod:`flower_topics.methods`) are declared with
 :class:`Option`; :func:`coerce` turns a value from the command line or a TOML file
 into the option's type.

@@ -22,7 +22,7 @@ What Flower 1.41 expects (read from its source, ``flwr/superlink/cli/flower_supe
   ``Failed to initialize the connection to the SuperLink``.
 
 Every process listens on 127.0.0.1 only, runs in its own process group, logs to a file
-and is stopped by its PID (:func:`flower_topics.launch.stop`).
+and is stopped by its PID (:func:`flower_topics.cli.superlink.stop`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from flower_topics.launch import (
+from flower_topics.cli.superlink import (
     CONNECTION,
     flwr_env,
     free_port,
@@ -53,7 +53,7 @@ from flower_topics.launch import (
     wait_for_port,
     wait_for_run,
 )
-from flower_topics.outputs import STATE_FILE
+from flower_topics.run.outputs import STATE_FILE
 
 HOST = "127.0.0.1"
 
@@ -306,7 +306,7 @@ def start_supernode(flwr_home: Path, superlink_port: int, node_config: str, *, l
     authenticated with ``keys``; without ``certs``, insecure) in its own process group (no
     context manager: a fault test kills and restarts it); returns once its Runtime API (a
     free port of 127.0.0.1) listens. The caller stops it with
-    :func:`flower_topics.launch.stop` (or :func:`kill_tree`)."""
+    :func:`flower_topics.cli.superlink.stop` (or :func:`kill_tree`)."""
     port = free_port()
     cmd = [_bin("flower-supernode"), "--superlink", f"{HOST}:{superlink_port}",
            "--host", HOST, "--port", str(port), "--node-config", node_config]
@@ -363,7 +363,7 @@ def wait_for_outputs(app_dir: Path, flwr_home: Path, run_id: int, out: Path,
 
     ``flwr ls`` is a Python process of its own (about 2 s of CPU): read every second for minutes, it took a
     good part of a core from the run on a 2-core machine (64 reads, 122 s of CPU, in the TLS test). The run's
-    ``out/state.npz`` (:data:`flower_topics.outputs.STATE_FILE`), written with its final outputs, is watched instead, the status read every 20 s until it
+    ``out/state.npz`` (:data:`flower_topics.run.outputs.STATE_FILE`), written with its final outputs, is watched instead, the status read every 20 s until it
     is there (or the run ended without it), then with :func:`wait_for_run`. Fails at once when one of
     ``processes`` (the SuperLink, the SuperNodes) has exited.
     """

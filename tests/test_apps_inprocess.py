@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import make_client_app
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import make_client_app
 from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
-from flower_topics.server_app import run_server
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
+from flower_topics.federation.server_app import run_server
 from tests.flower_harness import LoopbackGrid
 
 SMALL = {
@@ -69,8 +69,8 @@ def test_global_counts_equal_total_training_tokens(tmp_path):
     config = {**SMALL, "num-rounds": 2, "output-dir": str(tmp_path / "run")}
     grid = LoopbackGrid(make_client_app(config), 3, config)
     from flower_topics.strategies import ADLDA
-    from flower_topics.server_app import build_strategy
-    from flower_topics.config import parse_run_config
+    from flower_topics.federation.server_app import build_strategy
+    from flower_topics.run.config import parse_run_config
 
     cfg = parse_run_config(config)
     data = load_run_data(cfg)
@@ -86,8 +86,8 @@ def test_lost_replies_do_not_corrupt_the_global_counts(tmp_path):
     """Node 102's replies in rounds 2 and 3 are lost; counts stay exactly consistent."""
     config = {**SMALL, "output-dir": str(tmp_path / "run")}
     grid = LoopbackGrid(make_client_app(config), 3, config, drop=lambda r, n: n == 102 and r in (2, 3))
-    from flower_topics.config import parse_run_config
-    from flower_topics.server_app import build_strategy
+    from flower_topics.run.config import parse_run_config
+    from flower_topics.federation.server_app import build_strategy
 
     cfg = parse_run_config(config)
     data = load_run_data(cfg)
@@ -209,7 +209,7 @@ def test_pctd_strategy_plugs_into_a_plain_strategy_start(tmp_path):
 def test_two_runs_in_one_process_with_other_synthetic_seeds_train_on_their_own_documents(tmp_path):
     """The party's document cache is keyed by every option that decides the documents: a second
     in-process run over the generator with another seed must not reuse the first run's documents."""
-    from flower_topics.client_app import agreed_documents, data_config
+    from flower_topics.federation.client_app import agreed_documents, data_config
 
     seen = []
     for seed in (1, 2):

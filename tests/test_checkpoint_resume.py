@@ -1,4 +1,4 @@
-"""Checkpoint and resume (flower_topics.checkpoint): exact for lda, every method survives a crash, changes refused.
+"""Checkpoint and resume (flower_topics.run.checkpoint): exact for lda, every method survives a crash, changes refused.
 
 A run writes ``checkpoint.npz`` after its vocabulary agreement and after every round (these
 tests set ``checkpoint-interval=0``, except those of the interval), and appends a line to
@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.checkpoint import (CHECKPOINT_FILE, RELEASE_FILE, CheckpointWriter, load_checkpoint, read_meta,
+from flower_topics.run.checkpoint import (CHECKPOINT_FILE, RELEASE_FILE, CheckpointWriter, load_checkpoint, read_meta,
                                       strategy_state)
-from flower_topics.client_app import make_client_app
+from flower_topics.federation.client_app import make_client_app
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
-from flower_topics.server_app import run_server
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.wire.protocol import CONFIG
 from tests.test_method_contract import NEEDS, TINY
@@ -101,7 +101,7 @@ def test_lda_ten_rounds_equal_five_resumed_to_ten_array_for_array(tmp_path):
 
 def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
     """Fresh nodes (as in a new Flower run) send their whole counts again; the carried counts retire at once."""
-    from flower_topics.client_app import agreed_documents, data_config
+    from flower_topics.federation.client_app import agreed_documents, data_config
 
     config = _config("lda", tmp_path / "run", **{"num-rounds": 5})
     with pytest.raises(Crash):
@@ -156,7 +156,7 @@ def test_every_method_survives_a_crash_and_counts_every_release(method, tmp_path
 def test_lda_checkpointed_by_time_counts_every_round_released_since_its_checkpoint(tmp_path):
     """checkpoint-interval longer than the run: only round 0 is checkpointed before the crash in round 4, so
     the journal holds rounds 1-4, all four count as released, and the resumed run counts every token once."""
-    from flower_topics.client_app import agreed_documents, data_config
+    from flower_topics.federation.client_app import agreed_documents, data_config
 
     config = _config("lda", tmp_path / "run", **{"num-rounds": 5, "checkpoint-interval": 3600.0})
     with pytest.raises(Crash):
@@ -187,8 +187,8 @@ def test_a_private_method_is_checkpointed_every_round_whatever_the_interval(tmp_
 
 
 def test_the_writer_is_due_after_the_interval_and_at_the_last_round(monkeypatch, tmp_path):
-    import flower_topics.checkpoint as checkpoint_module
-    from flower_topics.agreement import Agreement
+    import flower_topics.run.checkpoint as checkpoint_module
+    from flower_topics.federation.vocabulary_agreement import Agreement
 
     clock = [100.0]
     monkeypatch.setattr(checkpoint_module.time, "monotonic", lambda: clock[0])
@@ -204,7 +204,7 @@ def test_the_writer_is_due_after_the_interval_and_at_the_last_round(monkeypatch,
 
 
 def test_the_release_journal_skips_a_cut_short_last_line_and_refuses_a_broken_one(tmp_path):
-    from flower_topics.checkpoint import read_releases, write_release
+    from flower_topics.run.checkpoint import read_releases, write_release
 
     path = tmp_path / RELEASE_FILE
     write_release(tmp_path, 1, [101, 102])
@@ -270,11 +270,11 @@ def test_the_writer_writes_exactly_the_json_of_the_whole_state_and_refreshes_the
     """The per-round cache of :class:`CheckpointWriter` changes no byte of the state: after every save the
     stored meta equals the state built from scratch, also when the newest round's entries change after a
     save (late evaluation bytes) and when a value looks like the writer's own placeholders."""
-    from flower_topics.agreement import Agreement
-    from flower_topics.server_app import build_strategy
+    from flower_topics.federation.vocabulary_agreement import Agreement
+    from flower_topics.federation.server_app import build_strategy
     from flower_topics.strategies.base import RoundTraffic
 
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
 
     config = parse_run_config({**_config("lda", tmp_path), "num-rounds": 5})
     vocabulary = ("alpha", "beta", "gamma")
@@ -334,7 +334,7 @@ def test_a_killed_serverapp_process_resumes_from_its_last_checkpoint(tmp_path):
               "--set", "synthetic-shared-topics=2", "--set", "synthetic-docs-per-node=20",
               "--set", "synthetic-doc-min-length=15", "--set", "synthetic-doc-max-length=20",
               "--set", "eval-iterations=20", "--set", "lda.local-sweeps=300", "--set", "checkpoint-interval=0"]
-    command = [sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--rounds", "8", *common]
+    command = [sys.executable, "-m", "flower_topics.cli.main", "simulate", "--method", "lda", "--rounds", "8", *common]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     started_here: set[int] = set()
@@ -366,7 +366,7 @@ def test_a_killed_serverapp_process_resumes_from_its_last_checkpoint(tmp_path):
         proc.wait(timeout=30)
     assert 2 <= killed_at < 8 and not (out / "model.npz").exists()
     started = time.time()
-    resumed = subprocess.run([sys.executable, "-m", "flower_topics.cli", "simulate", "--resume", str(out),
+    resumed = subprocess.run([sys.executable, "-m", "flower_topics.cli.main", "simulate", "--resume", str(out),
                               "--clients", "2"], env=env, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     rows = read_metrics(out / "metrics.jsonl")

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.cli import main
+from flower_topics.cli.main import main
 from flower_topics.methods import METHODS
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
 
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4", "--set", "synthetic-shared-topics=2",
         "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",
@@ -76,10 +76,10 @@ def test_evaluate_prints_every_metric_as_json(tmp_path, capsys):
 def test_evaluate_eval_alpha_scores_with_that_fold_in_prior(tmp_path, capsys):
     """``--eval-alpha 0.1`` (the literature's document completion) against the run's 0.01: the perplexity is
     evaluate_model's at that alpha, and not the run's."""
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
     from flower_topics.data.node_data import simulated_share
-    from flower_topics.metrics import evaluate_model
-    from flower_topics.model_file import load_model
+    from flower_topics.evaluation import evaluate_model
+    from flower_topics.model.model_file import load_model
 
     assert _simulate(tmp_path / "c", "centralized") == 0
     capsys.readouterr()
@@ -99,7 +99,7 @@ def test_evaluate_eval_alpha_scores_with_that_fold_in_prior(tmp_path, capsys):
 def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
     bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
     from flower_topics.data import load_corpus
-    from flower_topics.model_file import TopicModel, save_model
+    from flower_topics.model.model_file import TopicModel, save_model
 
     vocab = load_corpus(bbc).vocabulary
     uniform = TopicModel(np.full((3, len(vocab)), 1.0 / len(vocab)), vocab, metadata={})
@@ -135,7 +135,7 @@ def test_evaluate_missing_model_is_one_line(tmp_path, capsys):
 
 
 def test_console_script_exit_status(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--clients", "2",
+    proc = subprocess.run([sys.executable, "-m", "flower_topics.cli.main", "simulate", "--method", "lda", "--clients", "2",
                            "--topics", "0", "--rounds", "1", "--mode", "centralized", "--out", str(tmp_path / "x")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -9,7 +9,7 @@ import pytest
 
 from flwr.common.config import flatten_dict
 
-from flower_topics.config import GLOBAL_OPTIONS, OPTIONS, defaults, options_table, parse_assignments, parse_run_config
+from flower_topics.run.config import GLOBAL_OPTIONS, OPTIONS, defaults, options_table, parse_assignments, parse_run_config
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
 

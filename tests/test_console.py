@@ -10,8 +10,8 @@ from collections import Counter
 import pytest
 from flwr.common.logger import FLOWER_LOGGER
 
-from flower_topics import console
-from flower_topics.launch import check_run_config
+from flower_topics.federation import console
+from flower_topics.cli.superlink import check_run_config
 from flower_topics.errors import UserInputError
 
 
@@ -74,7 +74,7 @@ def test_a_30_round_simulate_prints_under_60_lines_each_once(tmp_path):
     """The default simulate through flwr run: a line a round, the summary, nothing twice, no DEBUG."""
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "flower_topics.cli", "simulate", "--method", "lda", "--clients", "3", "--topics", "5",
+        [sys.executable, "-m", "flower_topics.cli.main", "simulate", "--method", "lda", "--clients", "3", "--topics", "5",
          "--rounds", "30", "--out", str(out)],
         capture_output=True, text=True, timeout=280)
     lines = (proc.stdout + proc.stderr).splitlines()
@@ -91,7 +91,7 @@ def test_a_30_round_simulate_prints_under_60_lines_each_once(tmp_path):
 
 
 def test_defaults_that_give_poor_topics_say_why_and_which_option_changes_it():
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
     from flower_topics.methods import get_method
 
     for method, fix in (("pctd", {"pctd.sigma": 0.01}), ("ftm", {"ftm.epsilon": 1e6, "ftm.tau": 0.5}),

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics import client_app
-from flower_topics.config import parse_run_config
+from flower_topics.federation import client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.data import corpus_cache, node_data
 from flower_topics.data.corpus_cache import (cache_file, cache_key, cached_corpus, read_cache,
                                              source_identity, write_cache)
@@ -221,8 +221,8 @@ def test_a_missing_dataset_is_one_line(tmp_path):
 
 
 def test_a_run_gives_the_same_model_from_the_cache_as_reading_in_memory(tmp_path, monkeypatch):
-    from flower_topics.client_app import make_client_app
-    from flower_topics.server_app import run_server
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
     from tests.flower_harness import LoopbackGrid
 
     path = embedded_subset(tmp_path, 400)

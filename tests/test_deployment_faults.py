@@ -40,10 +40,10 @@ from typing import Any, Iterator
 import numpy as np
 import pytest
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.node_data import load_node_documents
-from flower_topics.launch import run_status, stop, submit
-from flower_topics.outputs import read_metrics
+from flower_topics.cli.superlink import run_status, stop, submit
+from flower_topics.run.outputs import read_metrics
 from flower_topics.wire import lda as lda_wire
 from tests.deployment import (
     Certificates,

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.launch import submit
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
+from flower_topics.cli.superlink import submit
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
 from tests.test_e2e_flower import listening_addresses
 from tests.deployment import (
     alive,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from flwr.common.config import parse_config_args
 
-from flower_topics.cli import _parser
-from flower_topics.config import OPTIONS, options_table, parse_assignments, parse_run_config
+from flower_topics.cli.main import _parser
+from flower_topics.run.config import OPTIONS, options_table, parse_assignments, parse_run_config
 from flower_topics.data.node_data import NODE_OPTIONS
 from flower_topics.methods import METHODS
 

@@ -15,8 +15,8 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from flower_topics.agreement import Agreement
-from flower_topics.config import parse_run_config
+from flower_topics.federation.vocabulary_agreement import Agreement
+from flower_topics.run.config import parse_run_config
 from flower_topics.methods import get_method
 from flower_topics.privacy.document_level import (
     EXAMPLE_LENGTHS,
@@ -25,9 +25,9 @@ from flower_topics.privacy.document_level import (
     unit_count_sensitivity,
 )
 from flower_topics.privacy.gaussian import DEFAULT_ORDERS
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.privacy.set_union import privacy_summary
-from flower_topics.server_app import RoundRecorder
+from flower_topics.federation.server_app import RoundRecorder
 from flower_topics.strategies import PCTD, FedLDA
 from flower_topics.strategies.base import RoundTraffic
 from flower_topics.strategies.dplda import DPLDA

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from flower_topics.document_threads import over_documents
+from flower_topics.numeric.document_threads import over_documents
 
 
 @pytest.mark.parametrize("lengths", [[], [0], [0, 0, 0], [5, 0, 0], [0, 0, 7], [3, 1, 4, 1, 5, 9, 2, 6], [100, 1, 1]])

@@ -12,7 +12,7 @@ from scipy.special import digamma
 from scipy.stats import beta as beta_dist
 
 from flower_topics.clients import dplda as client
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
@@ -451,8 +451,8 @@ def test_the_report_counts_every_round_a_party_was_asked_and_stays_within_the_ta
 
 
 def test_a_small_dplda_run_end_to_end_reports_the_whole_run_on_the_document(tmp_path):
-    from flower_topics.client_app import make_client_app
-    from flower_topics.server_app import run_server
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
     from flower_topics.simulations.inprocess import InProcessGrid
     from tests.test_method_contract import TINY
 

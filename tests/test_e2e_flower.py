@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.launch import process_tree, with_superlink
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
+from flower_topics.cli.superlink import process_tree, with_superlink
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
 
 SMALL = {
     "dataset": "synthetic",

@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flower_topics.cli import main
-from flower_topics.config import OPTIONS, parse_run_config
+from flower_topics.cli.main import main
+from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data import load_corpus
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, load_node_documents, node_options
@@ -474,9 +474,9 @@ def _party(path: Path, words: list[str], seed: int) -> str:
 
 
 def _federate(tmp_path: Path, min_nodes: int) -> tuple[Path, list[str]]:
-    from flower_topics.client_app import make_client_app
-    from flower_topics.console import FLOWER_LOGGER
-    from flower_topics.server_app import run_server
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.console import FLOWER_LOGGER
+    from flower_topics.federation.server_app import run_server
     from flower_topics.simulations.inprocess import InProcessGrid
 
     words = ["cat", "dog", "puppy", "kitten", "leash", "bank", "loan", "stock", "bond", "cash"]
@@ -502,8 +502,8 @@ def _federate(tmp_path: Path, min_nodes: int) -> tuple[Path, list[str]]:
 
 
 def test_a_party_with_a_junk_file_is_excluded_with_its_reason_and_the_run_goes_on(tmp_path):
-    from flower_topics.model_file import load_model
-    from flower_topics.outputs import read_metrics
+    from flower_topics.model.model_file import load_model
+    from flower_topics.run.outputs import read_metrics
 
     out, lines = _federate(tmp_path, min_nodes=2)
     rows = read_metrics(out / "metrics.jsonl")

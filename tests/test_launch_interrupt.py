@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from flower_topics import launch
-from flower_topics.launch import _started, _still_running, process_tree
+from flower_topics.cli import superlink as launch
+from flower_topics.cli.superlink import _started, _still_running, process_tree
 
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4",
         "--set", "synthetic-shared-topics=2", "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",

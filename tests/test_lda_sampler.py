@@ -11,7 +11,7 @@ import pytest
 
 from scipy.stats import chisquare
 
-from flower_topics import scratch
+from flower_topics.numeric import work_arrays as scratch
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.lda import (_LANES, SPARSE_MIN_TOPICS, CollapsedGibbs, choose_kernel, fit_lda,
                                       topic_word_distribution, word_topic_buffer)
@@ -157,7 +157,7 @@ def test_reproducible_from_seed(kernel):
 
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_a_sweep_does_not_depend_on_what_its_work_arrays_held(kernel):
-    """Parties served by one process share the sampler's work arrays (flower_topics.scratch): whatever another
+    """Parties served by one process share the sampler's work arrays (flower_topics.numeric.work_arrays): whatever another
     party, or garbage, left in them, a sweep gives the same draws as in a fresh thread."""
     rng = np.random.default_rng(4)
     corpus = Corpus.from_documents([rng.integers(0, 10, 12) for _ in range(6)], [f"w{i}" for i in range(10)])

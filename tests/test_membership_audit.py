@@ -1,4 +1,4 @@
-"""The membership-inference audit (flower_topics/privacy/audit.py, benchmarks/membership_attack.py).
+"""The membership-inference audit (benchmarks/membership_audit.py, benchmarks/membership_attack.py).
 
 What a user relies on: the audit finds members where a model leaks them (so it can fail a
 model), its epsilon lower bound never claims more than a mechanism's proven guarantee, and
@@ -17,10 +17,14 @@ import pytest
 from scipy import optimize, stats
 from sklearn.metrics import roc_auc_score
 
-from flower_topics.privacy.audit import (auc_interval, clopper_pearson, epsilon_lower_bound, lira_scores,
-                                         log_likelihood_scores, tpr_at_fpr)
-
 ROOT = Path(__file__).resolve().parents[1]
+# the benchmarks import their helpers by name, as they do when run as scripts (``benchmarks`` itself is a package
+# of opacus's, so it is not imported by that name)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from membership_audit import (auc_interval, clopper_pearson, epsilon_lower_bound, lira_scores,  # noqa: E402
+                              log_likelihood_scores, tpr_at_fpr)
+
 BBC = ROOT.parent / "shared" / "datasets" / "BBC_News"
 
 

@@ -18,14 +18,14 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from flower_topics.client_app import make_client_app
-from flower_topics.config import parse_run_config
-from flower_topics.agreement import agree_vocabulary
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import parse_run_config
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
 from flower_topics.methods import METHODS, get_method
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
-from flower_topics.privacy.report import PrivacyReport
-from flower_topics.server_app import run_server
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
+from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.base import FederationError
 from flower_topics.wire import lda as lda_wire
@@ -257,7 +257,7 @@ def test_the_client_app_for_lda_and_fedlda_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys; import flower_topics.client_app, flower_topics.clients.lda, flower_topics.clients.fedlda; "
+    code = ("import sys; import flower_topics.federation.client_app, flower_topics.clients.lda, flower_topics.clients.fedlda; "
             "print(sorted(m for m in ('torch', 'opacus', 'sentence_transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

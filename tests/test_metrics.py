@@ -11,13 +11,13 @@ import scipy.sparse as sp
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
+from flower_topics.evaluation import evaluate_model
 from flower_topics.metrics import (
     align_corpus,
     align_topics,
     classification_f1,
     clustering_scores,
     completion_split,
-    evaluate_model,
     fold_in,
     infer_theta,
     npmi_coherence,
@@ -27,7 +27,7 @@ from flower_topics.metrics import (
     topic_similarity_score,
     umass_coherence,
 )
-from flower_topics.model_file import TopicModel
+from flower_topics.model.model_file import TopicModel
 
 VOCAB = ("a", "b", "c", "d", "e")
 

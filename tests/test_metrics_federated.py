@@ -1,4 +1,4 @@
-"""Federated metric sums (flower_topics.metrics.federated) reproduce the pooled metrics."""
+"""Federated metric sums (flower_topics.metrics.pooled_sums) reproduce the pooled metrics."""
 
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from flower_topics.data import load_corpus
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.splits import ensure_split
 from flower_topics.data.synthetic import SyntheticConfig, make_synthetic_corpus
+from flower_topics.evaluation import evaluate_model
 from flower_topics.metrics import (
     align_corpus,
     clustering_scores,
     completion_split,
-    evaluate_model,
     infer_theta,
     npmi_coherence,
     perplexity,
     umass_coherence,
 )
-from flower_topics.metrics.federated import (
+from flower_topics.metrics.pooled_sums import (
     Cooccurrence,
     HeldOut,
     coherence_from_counts,
@@ -36,7 +36,7 @@ from flower_topics.metrics.federated import (
     nmi_purity_from_contingency,
     pooled_perplexity,
 )
-from flower_topics.model_file import TopicModel
+from flower_topics.model.model_file import TopicModel
 
 BBC = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
 REL = 1e-9
@@ -247,7 +247,7 @@ def test_label_contingency_takes_theta_or_clusters_and_checks_labels() -> None:
 def test_a_party_scorer_kept_across_evaluations_answers_as_a_fresh_one() -> None:
     """The halves and word index a party keeps between ``evaluate`` messages change nothing: models,
     seeds and the last round's label tables in any order give the sums of a scorer built for that message."""
-    from flower_topics import evaluation
+    from flower_topics.evaluation import federated as evaluation
 
     config = SyntheticConfig(n_nodes=1, n_topics=5, n_shared_topics=5, vocab_size=120, docs_per_node=80)
     corpus = ensure_split(make_synthetic_corpus(config, seed=8).corpus, seed=1)
@@ -273,7 +273,7 @@ def test_a_party_scorer_kept_across_evaluations_answers_as_a_fresh_one() -> None
 def _lda_strategy_with_counts(counts: np.ndarray, beta: float = 0.01):
     from flwr.app import Array, ArrayRecord
 
-    from flower_topics.evaluation import EvaluationSettings
+    from flower_topics.evaluation.federated import EvaluationSettings
     from flower_topics.strategies.lda import ADLDA
     from flower_topics.wire import lda as lda_wire
 
@@ -288,7 +288,7 @@ def test_lda_evaluates_with_its_counts_and_the_party_scores_the_servers_matrix_b
     matrix a party computes from them is the one the server scores, to the last bit."""
     from flwr.app import ConfigRecord
 
-    from flower_topics import evaluation
+    from flower_topics.evaluation import federated as evaluation
     from tests.flower_harness import FixedNodesGrid, as_server
 
     as_server()
@@ -314,7 +314,7 @@ def test_the_server_pools_with_exactly_the_matrix_and_top_words_a_party_holds() 
     matrix, and so its top words, are the server's to the last bit; the pooled NPMI is computed over them."""
     from flwr.app import ConfigRecord
 
-    from flower_topics import evaluation
+    from flower_topics.evaluation import federated as evaluation
     from tests.flower_harness import FixedNodesGrid, as_server
 
     as_server()
@@ -335,7 +335,7 @@ def test_a_party_refuses_counts_that_are_not_a_model() -> None:
     before anything is computed."""
     from flwr.app import Array
 
-    from flower_topics import evaluation
+    from flower_topics.evaluation import federated as evaluation
     from flower_topics.errors import UserInputError
 
     settings = evaluation.EvaluationSettings(every=1, num_rounds=1)
@@ -374,7 +374,7 @@ def test_a_hostile_counts_model_gets_one_line_or_a_valid_matrix(gaps, values, ga
     summing to 1, K x V) or one UserInputError line, never another exception."""
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-    from flower_topics import evaluation
+    from flower_topics.evaluation import federated as evaluation
     from flower_topics.errors import UserInputError
 
     gaps_key, values_key = evaluation.wire_counts.keys(evaluation.COUNTS_KEY)
@@ -392,7 +392,7 @@ def test_a_hostile_counts_model_gets_one_line_or_a_valid_matrix(gaps, values, ga
 
 
 def test_topic_pairs_are_the_pairs_within_each_topics_top_words_once_each():
-    from flower_topics.evaluation import topic_pairs
+    from flower_topics.evaluation.federated import topic_pairs
 
     top_ids = np.array([[7, 3, 9], [3, 7, 20], [5, 11, 2]])  # topics 0 and 1 share the pair (3, 7)
     word_ids = np.unique(top_ids)  # [2, 3, 5, 7, 9, 11, 20]
@@ -409,8 +409,8 @@ def test_a_party_scores_counts_as_their_matrix_bit_for_bit_reading_only_its_held
     """The counts form is scored without building the K x V matrix (the top words ranked on the counts, the
     fold-in on the held-out words' columns), and gives the bits the matrix form gives, which are those of the
     full computation: completion on all of phi and the label round's infer_theta. Equal counts (ties) included."""
-    from flower_topics import evaluation
-    from flower_topics.metrics.federated import label_contingency
+    from flower_topics.evaluation import federated as evaluation
+    from flower_topics.metrics.pooled_sums import label_contingency
     from flower_topics.metrics.inference import infer_theta
     from flower_topics.metrics.perplexity import completion_halves
 

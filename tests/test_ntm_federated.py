@@ -10,10 +10,10 @@ import pytest
 import torch
 from flwr.app import ConfigRecord
 
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import agreed_documents, data_config, make_client_app, party_seed
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import agreed_documents, data_config, make_client_app, party_seed
 from flower_topics.clients.ntm import NTMClientState, draw_batch, round_randomness, sample_rate, train_round
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
 from flower_topics.methods import get_method
 from flower_topics.models import ntm
@@ -260,8 +260,8 @@ def test_each_partys_accounting_persists_in_its_node_state_across_rounds():
 def test_a_finished_run_keeps_its_network_so_documents_can_be_inferred_later(tmp_path):
     """state.npz holds the final weights: the loaded network's decoder is the written topic_word, and its
     encoder gives each document proportions (what model.npz alone cannot)."""
-    from flower_topics.model_file import load_model
-    from flower_topics.server_app import run_server
+    from flower_topics.model.model_file import load_model
+    from flower_topics.federation.server_app import run_server
 
     config = parse_run_config({**TINY, "ntm.dp": False, "output-dir": str(tmp_path / "run")})
     grid = _grid(config)

@@ -2,7 +2,7 @@
 
 In process: a node's restart is its ``context.state`` replaced by an empty one, which is
 what a restarted SuperNode brings (Flower keeps the state in the SuperNode's memory). With
-``state-dir`` the party reads its state back (:mod:`flower_topics.party_state`) and the run
+``state-dir`` the party reads its state back (:mod:`flower_topics.federation.party_state`) and the run
 is the same, array for array, as one without the crash (``lda`` is reproducible from the
 run seed); without it the party is refused and its earlier tokens stay in the model once.
 The deployment-engine version (a SuperNode process SIGKILLed and started again) is in
@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from flwr.app import Context, RecordDict
 
-from flower_topics import party_state
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import VOCABULARY_STATE, make_client_app
-from flower_topics.config import parse_run_config
+from flower_topics.federation import party_state
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import VOCABULARY_STATE, make_client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
-from flower_topics.server_app import build_strategy
+from flower_topics.federation.server_app import build_strategy
 from flower_topics.simulations.inprocess import FIRST_NODE_ID, InProcessGrid
 
 CONFIG = {

@@ -7,7 +7,7 @@ import time
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from flower_topics.prompt_grid import IN_MEMORY_POLL_INTERVAL, PromptGrid, prompt
+from flower_topics.federation.grids import IN_MEMORY_POLL_INTERVAL, PromptGrid, prompt
 from flower_topics.simulations.inprocess import InProcessGrid
 
 

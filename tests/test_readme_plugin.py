@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from flwr.serverapp import ServerApp
 
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import make_client_app
-from flower_topics.config import defaults
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import defaults
 from flower_topics.simulations.inprocess import InProcessGrid
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,12 +11,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from flower_topics.cli import main
-from flower_topics.client_app import make_client_app
-from flower_topics.model_file import load_model
-from flower_topics.outputs import plot_metrics, read_metrics
-from flower_topics.report import topic_distances, topic_map
-from flower_topics.server_app import run_server
+from flower_topics.cli.main import main
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import plot_metrics, read_metrics
+from flower_topics.run.report_page import topic_distances, topic_map
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from tests.test_trust_boundary import BASE, write_corpus
 
@@ -91,7 +91,7 @@ def test_topic_map_distances_are_jensen_shannon_and_mds_keeps_them():
 
 
 def test_topic_sizes_come_from_the_runs_counts_or_a_corpus(run_dir, tmp_path):
-    from flower_topics.report import topic_sizes
+    from flower_topics.run.report_page import topic_sizes
 
     model = load_model(run_dir / "model.npz")
     counts = topic_sizes(model, run_dir)

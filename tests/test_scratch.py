@@ -1,4 +1,4 @@
-"""Work arrays reused from call to call (flower_topics.scratch)."""
+"""Work arrays reused from call to call (flower_topics.numeric.work_arrays)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from flower_topics import scratch
+from flower_topics.numeric import work_arrays as scratch
 
 
 def test_the_same_name_shape_and_dtype_get_the_same_memory_back():

@@ -11,7 +11,7 @@ from scipy.special import logsumexp
 from scipy.stats import chisquare, skellam
 
 from flower_topics.clients import dplda as client
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy import accountant, skellam as skellam_dp
@@ -159,8 +159,8 @@ def test_secure_aggregation_is_refused_for_methods_whose_replies_are_not_sums():
 
 
 def _secure_run(tmp_path, parties, drop=None, **extra):
-    from flower_topics.client_app import make_client_app
-    from flower_topics.server_app import run_server
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
     from flower_topics.simulations.inprocess import InProcessGrid
     from flower_topics.strategies.dplda import DPLDA
     from tests.test_method_contract import NEEDS, TINY

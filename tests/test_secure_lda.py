@@ -11,15 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flower_topics.checkpoint import load_checkpoint
-from flower_topics.client_app import make_client_app
+from flower_topics.run.checkpoint import load_checkpoint
+from flower_topics.federation.client_app import make_client_app
 from flower_topics.clients import lda as client
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
-from flower_topics.outputs import read_metrics
+from flower_topics.run.outputs import read_metrics
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.secure_sum.protocol import SecureSumSettings
-from flower_topics.server_app import run_server
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.lda import ADLDA
 from flower_topics.wire import lda as wire

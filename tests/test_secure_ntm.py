@@ -19,18 +19,18 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord
 
-import flower_topics.client_app as client_app
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import make_client_app
+import flower_topics.federation.client_app as client_app
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import make_client_app
 from flower_topics.clients import ntm as client
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.methods import get_method
 from flower_topics.models.ntm import weighted_average
 from flower_topics.models.ntm_federated import rdp_epsilon, rdp_of_step
 from flower_topics.secure_sum.party import ENTRY_LIMIT
-from flower_topics.server_app import run_server
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.ntm import NTM
 from flower_topics.wire import ntm as wire

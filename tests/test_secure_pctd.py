@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord
 
-from flower_topics.client_app import make_client_app
+from flower_topics.federation.client_app import make_client_app
 from flower_topics.clients import pctd as client
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.secure_sum.protocol import quantize
-from flower_topics.server_app import run_server
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.pctd import PCTD
 from flower_topics.wire import pctd as wire

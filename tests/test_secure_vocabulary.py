@@ -73,8 +73,8 @@ def test_a_release_respects_its_bound_and_a_weaker_noise_fails_the_check():
 
 
 def test_a_secure_private_agreement_sends_only_masked_counts_and_finds_more_words(tmp_path):
-    from flower_topics.agreement import agree_vocabulary
-    from flower_topics.client_app import agreed_documents, data_config, make_client_app
+    from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+    from flower_topics.federation.client_app import agreed_documents, data_config, make_client_app
     from flower_topics.simulations.inprocess import InProcessGrid
     from tests.test_trust_boundary import BASE, write_corpus
     from tests.wire_audit import Audit, party_sizes

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from scipy import integrate
 from scipy.stats import norm
 
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.privacy.set_union import (analytic_gaussian_delta, analytic_gaussian_sigma, bound_contributions,
                                              calibrate, merge_releases, private_histogram, privacy_summary,
                                              release_vocabulary, secret_rng, single_document_release_probability)

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from flower_topics.cli import main
-from flower_topics.client_app import agreed_documents, data_config, make_client_app
-from flower_topics.model_file import TopicModel
-from flower_topics.server_app import run_server
+from flower_topics.cli.main import main
+from flower_topics.federation.client_app import agreed_documents, data_config, make_client_app
+from flower_topics.model.model_file import TopicModel
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from tests.test_trust_boundary import BASE, TOPICS, write_corpus
 from tests.wire_audit import Audit, party_sizes

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.agreement import agree_vocabulary, merge_candidates
-from flower_topics.cli import main
-from flower_topics.client_app import make_client_app
-from flower_topics.config import parse_run_config
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary, merge_candidates
+from flower_topics.cli.main import main
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import load_model
-from flower_topics.outputs import read_metrics
-from flower_topics.server_app import run_server
+from flower_topics.model.model_file import load_model
+from flower_topics.run.outputs import read_metrics
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.base import FederationError
 
@@ -207,7 +207,7 @@ def _context(node_id=101, run_seed=0, **node_config):
 def test_a_secret_seed_is_stable_within_a_run_and_differs_between_runs():
     """One run's rounds derive from one (secret, nonce); another run with the same secret gets another nonce;
     the nonce stays in the node's state, and nothing the server knows (run config, node id) enters the seed."""
-    from flower_topics.client_app import NONCE_STATE, party_seed
+    from flower_topics.federation.client_app import NONCE_STATE, party_seed
 
     run = _context(**{"secret-seed": 1234})
     seed = party_seed(run, {"seed": 0}, private=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flower_topics.categorical import draw_categorical
+from flower_topics.numeric.categorical import draw_categorical
 from flower_topics.models.update_tuples import (
     Tuples,
     apply_tuples,

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from flwr.app import Array, ConfigRecord, Message
 
-from flower_topics import evaluation
-from flower_topics.agreement import agree_vocabulary
-from flower_topics.client_app import agreed_documents, data_config, make_client_app
+from flower_topics.evaluation import federated as evaluation
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.federation.client_app import agreed_documents, data_config, make_client_app
 from flower_topics.methods import METHODS
 from flower_topics.metrics.coherence import coherence_word_ids
-from flower_topics.metrics.federated import cooccurrence
-from flower_topics.server_app import run_server
+from flower_topics.metrics.pooled_sums import cooccurrence
+from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.wire.protocol import BAD_INPUT, vocabulary_fingerprint
 from tests.test_trust_boundary import BASE, TOPICS, write_corpus

@@ -14,7 +14,7 @@ What may leave a party, by message type (README, "What leaves a party"):
   ciphertext per other participant (all of one length) addressed to the participants it was
   sent; ``unmask``, per party of the request, a share of its self-mask seed if it is alive or
   of its mask key if it dropped out, never both (:mod:`flower_topics.secure_sum`);
-- ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.reply_spec`) and its label
+- ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.federated.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
   (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
 
@@ -35,10 +35,10 @@ from typing import Any, Callable
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
-from flower_topics import evaluation
+from flower_topics.evaluation import federated as evaluation
 from flower_topics.methods import METHODS
 from flower_topics.metrics.coherence import coherence_word_ids
-from flower_topics.metrics.federated import cooccurrence
+from flower_topics.metrics.pooled_sums import cooccurrence
 from flower_topics.secure_sum.protocol import MESSAGE_TYPE as SECURE_SUM
 from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
 from flower_topics.strategies.base import masked_spec
@@ -171,7 +171,7 @@ def _vocabulary_size(config: Any) -> int:
 
 def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:
     """The reply's D(w) and D(wi, wj) are the counts of the top words of the model it was sent, and of the pairs
-    of them within a topic only (:func:`flower_topics.evaluation.topic_pairs`)."""
+    of them within a topic only (:func:`flower_topics.evaluation.federated.topic_pairs`)."""
     phi = _sent_model(request)
     top_ids, word_ids = coherence_word_ids(phi, 10)
     honest = cooccurrence(documents.training, word_ids)

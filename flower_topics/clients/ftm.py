@@ -15,7 +15,7 @@
 ``K_p`` is the party's own: its node config ``local-topics``, else its entry of the run's
 ``ftm.local-topics``, else the run's ``num-topics``; it stays fixed for the run.
 The noise, the threshold's survivors and the sampler's coins come from the party's secret
-seed (:func:`flower_topics.client_app.party_seed`).
+seed (:func:`flower_topics.federation.client_app.party_seed`).
 """
 
 from __future__ import annotations

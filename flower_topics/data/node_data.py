@@ -13,7 +13,7 @@ take the same path:
 2. :meth:`NodeDocuments.candidates`: its words in at least ``min-party-df`` of its own
    documents (node config, default 2; a word of one document never leaves the party) with
    their document frequencies, what the agreement stage's ``union`` mode sends
-   (:mod:`flower_topics.agreement`); a curated list (an OCTIS ``vocabulary.txt``, the
+   (:mod:`flower_topics.federation.vocabulary_agreement`); a curated list (an OCTIS ``vocabulary.txt``, the
    synthetic generator's words) is public and leaves whole, without document frequencies;
 3. :meth:`NodeDocuments.on_vocabulary`: its documents over the agreed vocabulary (words
    outside it dropped, then documents shorter than ``min-doc-length``).
@@ -67,7 +67,7 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "theta-out": Option("", "a CSV path on this party: its documents' topic mixtures under the global model, written "
                         "at each federated evaluation (the last is the final model) and never sent ('' = off)"),
     "state-dir": Option("", "a directory on this party where it keeps its state after every message, so that a "
-                        "SuperNode restarted with the same identity rejoins its run (flower_topics.party_state; "
+                        "SuperNode restarted with the same identity rejoins its run (flower_topics.federation.party_state; "
                         "'' = in memory only)"),
     "partition-id": Option(0, "simulation: this node's share of the run config's dataset", at_least(0)),
     "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into", at_least(1)),

@@ -2,13 +2,13 @@
 
 Perplexity by document completion, NPMI and UMass coherence, topic diversity,
 topic similarity to known topics, and label-based clustering and classification
-scores; :func:`evaluate_model` computes them all for a :class:`TopicModel`.
+scores, each a function of a ``topic_word`` matrix and documents
+(:func:`flower_topics.evaluation.evaluate_model` computes them all for a model).
 """
 
 from flower_topics.metrics.classification import classification_f1, clustering_scores
 from flower_topics.metrics.coherence import CoherenceResult, npmi_coherence, umass_coherence
 from flower_topics.metrics.diversity import topic_diversity
-from flower_topics.metrics.evaluate import evaluate_model
 from flower_topics.metrics.inference import align_corpus, fold_in, infer_theta, top_word_indices
 from flower_topics.metrics.perplexity import PerplexityResult, completion_split, perplexity
 from flower_topics.metrics.similarity import SimilarityResult, align_topics, topic_similarity_score
@@ -22,7 +22,6 @@ __all__ = [
     "classification_f1",
     "clustering_scores",
     "completion_split",
-    "evaluate_model",
     "fold_in",
     "infer_theta",
     "npmi_coherence",

@@ -45,7 +45,7 @@ def contingency_scores(contingency: np.ndarray) -> dict[str, float]:
     """NMI and purity of a clustering from its cluster-by-label contingency table.
 
     The one implementation behind :func:`clustering_scores` (pooled) and
-    :func:`flower_topics.metrics.federated.nmi_purity_from_contingency` (tables
+    :func:`flower_topics.metrics.pooled_sums.nmi_purity_from_contingency` (tables
     summed over parties). ``"nmi"`` is exactly scikit-learn's
     ``normalized_mutual_info_score(labels, clusters)`` with its default arithmetic-mean
     normalization, computed from the table: empty rows and columns (clusters or

@@ -148,7 +148,7 @@ def coherence_from_cooccurrence(
     """NPMI and UMass coherence from document counts (the one implementation of both).
 
     :func:`npmi_coherence` and :func:`umass_coherence` (pooled) and
-    :func:`flower_topics.metrics.federated.coherence_from_counts` (counts summed over
+    :func:`flower_topics.metrics.pooled_sums.coherence_from_counts` (counts summed over
     parties) all score through this function; see the first two for the formulas.
 
     Parameters

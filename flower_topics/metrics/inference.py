@@ -14,8 +14,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from flower_topics.data.corpus import Corpus
-from flower_topics.document_threads import over_documents
-from flower_topics.word_blocks import gather_block, longest_document, weighted_sum, word_weights
+from flower_topics.numeric.document_threads import over_documents
+from flower_topics.numeric.word_blocks import gather_block, longest_document, weighted_sum, word_weights
 
 
 def check_topic_word(topic_word: np.ndarray, n_words: int | None = None) -> np.ndarray:
@@ -247,7 +247,7 @@ def fold_in(phi: np.ndarray, counts: sp.csr_matrix, *, alpha: float, n_iter: int
     threads : int, optional
         Threads the documents are split over (each document's theta depends on its own words only, so
         the result is the same for any number); default numba's thread count (the cores, or
-        ``NUMBA_NUM_THREADS``), one for fewer than :data:`flower_topics.document_threads.PARALLEL_MIN_ENTRIES` nonzero counts.
+        ``NUMBA_NUM_THREADS``), one for fewer than :data:`flower_topics.numeric.document_threads.PARALLEL_MIN_ENTRIES` nonzero counts.
 
     Returns
     -------
@@ -279,7 +279,7 @@ def _fold_in_kernel(indptr: np.ndarray, indices: np.ndarray, n_dw: np.ndarray, p
     """:func:`fold_in`'s EM, document by document (each document's theta depends on its own words only):
     ``theta_dk <- alpha + theta_dk sum_w n_dw phi_wk / sum_j theta_dj phi_wj``, then normalized (uniform when
     the total is 0); a word of probability 0 under the document's theta carries no responsibility. A
-    document's rows of phi are a block (:mod:`flower_topics.word_blocks`); thetas move by about 1e-16 against
+    document's rows of phi are a block (:mod:`flower_topics.numeric.word_blocks`); thetas move by about 1e-16 against
     one word at a time."""
     n_docs, n_topics = theta.shape
     acc = np.empty(n_topics)

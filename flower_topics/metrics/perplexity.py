@@ -87,7 +87,7 @@ def completion_split(corpus: Corpus, *, seed: int = 0) -> np.ndarray:
     practically impossible, to the lower position). So the split of any set of
     documents is the union of the splits of its parts, which lets parties score
     their own documents and a server sum the parts to the pooled perplexity
-    (:mod:`flower_topics.metrics.federated`). Two identical documents get the same
+    (:mod:`flower_topics.metrics.pooled_sums`). Two identical documents get the same
     split.
 
     Parameters

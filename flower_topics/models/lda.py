@@ -44,7 +44,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from flower_topics import scratch
+from flower_topics.numeric import work_arrays as scratch
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.topic_word import normalize_rows
 
@@ -226,7 +226,7 @@ def _dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms)
 
 
 def _with_slack(name: str, shape: tuple[int, int]) -> np.ndarray:
-    """The int32 work array ``name`` (:func:`flower_topics.scratch.array`) of ``shape``, C-contiguous and followed
+    """The int32 work array ``name`` (:func:`flower_topics.numeric.work_arrays.array`) of ``shape``, C-contiguous and followed
     in memory by ``_LANES`` more entries (see :func:`_dense_kernel`); its contents are left as they were."""
     size = shape[0] * shape[1]
     return scratch.array(name, (size + _LANES,), np.int32)[:size].reshape(shape)

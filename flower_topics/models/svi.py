@@ -43,8 +43,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from flower_topics.data.corpus import Corpus
-from flower_topics.document_threads import over_documents
-from flower_topics.word_blocks import gather_block, longest_document, weighted_sum, word_weights
+from flower_topics.numeric.document_threads import over_documents
+from flower_topics.numeric.word_blocks import gather_block, longest_document, weighted_sum, word_weights
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def e_step(lam: np.ndarray, counts: sp.csr_matrix, *, alpha: float, clip: float 
     threads : int, optional
         Threads the documents are split over (a document's gamma and statistic depend on its own
         words only, so the result is the same bits for any number); default numba's thread count
-        (the cores, or ``NUMBA_NUM_THREADS``), one for fewer than :data:`flower_topics.document_threads.PARALLEL_MIN_ENTRIES`
+        (the cores, or ``NUMBA_NUM_THREADS``), one for fewer than :data:`flower_topics.numeric.document_threads.PARALLEL_MIN_ENTRIES`
         nonzero counts.
 
     Returns
@@ -235,7 +235,7 @@ def _gamma_update(block, n_padded, counts, start, theta, weight, acc, new, alpha
 
     ``phi_dwk = theta_k beta_wk / norm_w`` with ``norm_w = sum_k theta_k beta_wk``, so
     ``sum_w n_dw phi_dwk = theta_k sum_w (n_dw / norm_w) beta_wk``: the words' weights
-    ``n_dw / norm_w``, then ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (:mod:`flower_topics.word_blocks`;
+    ``n_dw / norm_w``, then ``acc_k = sum_w (n_dw / norm_w) beta_wk`` (:mod:`flower_topics.numeric.word_blocks`;
     Hoffman et al.'s ``exp(E[log theta]) * (n / phinorm) . exp(E[log beta])``).
     """
     word_weights(block, n_padded, counts, start, theta, weight)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flower_topics.categorical import draw_categorical
+from flower_topics.numeric.categorical import draw_categorical
 from flower_topics.models.topic_word import normalize_rows
 
 

@@ -120,7 +120,7 @@ def noise_cut(variance: float, candidates: int) -> float:
 
 
 def privacy_summary(epsilon: float, delta: float, max_words: int, candidates: int) -> dict[str, Any]:
-    """Keyword arguments of :class:`flower_topics.privacy.report.PrivacyReport` for the release."""
+    """Keyword arguments of :class:`flower_topics.privacy.privacy_report.PrivacyReport` for the release."""
     sigma = noise_multiplier(epsilon, delta, max_words)
     return {
         "mechanism": (f"distributed Skellam on document frequencies over {candidates} public candidates, summed by "

@@ -372,7 +372,7 @@ def merge_releases(releases: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[n
 
 def privacy_summary(epsilon: float, delta: float, max_words_per_document: int,
                     noise: Noise = "gaussian") -> dict[str, Any]:
-    """Keyword arguments for :class:`flower_topics.privacy.report.PrivacyReport` (one release, unit: document).
+    """Keyword arguments for :class:`flower_topics.privacy.privacy_report.PrivacyReport` (one release, unit: document).
 
     ``PrivacyReport(**privacy_summary(...))`` gives the report of a party's vocabulary release.
     """

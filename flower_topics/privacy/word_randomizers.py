@@ -28,7 +28,7 @@ from functools import cached_property
 
 import numpy as np
 
-from flower_topics.categorical import draw_categorical
+from flower_topics.numeric.categorical import draw_categorical
 
 
 def rrp_eta(epsilon: float, delta: float, gamma: float) -> float:

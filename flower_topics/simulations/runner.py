@@ -6,12 +6,12 @@
 - ``local``: the method on each partition alone (non-collaborative), one model each.
 
 The centralized and local modes, and the federated mode with ``engine="inprocess"``, run the
-ServerApp's :func:`~flower_topics.server_app.run_server` and the package's ClientApp in this
+ServerApp's :func:`~flower_topics.federation.server_app.run_server` and the package's ClientApp in this
 process (:class:`~flower_topics.simulations.inprocess.InProcessGrid`): the same messages,
 strategy and ClientApp as a federation, for every registered method, so that each paper's
 single-party baseline is one command, and a federation fits in one process (no SuperLink,
 no Ray: the parties answer one after another, in a fraction of the memory). Every mode writes the run-output contract (model.npz, topics.txt, metrics.jsonl,
-plots) and is scored by the same :func:`flower_topics.scoring.score`; a results
+plots) and is scored by the same ``benchmarks/scoring.py``; a results
 table (``results.csv`` and ``results.md``) summarizes the final models.
 """
 
@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import simulated_share
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import TopicModel, load_model
-from flower_topics.outputs import RunOutputs, read_metrics
+from flower_topics.model.model_file import TopicModel, load_model
+from flower_topics.run.outputs import RunOutputs, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
 
 MODES = ("federated", "centralized", "local")
@@ -117,7 +117,7 @@ def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
     """
     import tomli_w
 
-    from flower_topics.config import pyproject_tables
+    from flower_topics.run.config import pyproject_tables
 
     app_dir.mkdir(parents=True, exist_ok=True)
     project = {
@@ -125,8 +125,8 @@ def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
         "project": {"name": "flower-topics-simulate", "version": "0.1.0", "license": "Apache-2.0",
                     "description": "flower-topics simulate: the package's apps on Flower's simulation engine"},
         "tool": {"flwr": {"app": {"publisher": "flower-topics",
-                                  "components": {"serverapp": "flower_topics.server_app:app",
-                                                 "clientapp": "flower_topics.client_app:app"},
+                                  "components": {"serverapp": "flower_topics.federation.server_app:app",
+                                                 "clientapp": "flower_topics.federation.client_app:app"},
                                   "config": pyproject_tables()}}},
     }
     (app_dir / "pyproject.toml").write_text(tomli_w.dumps(project), encoding="utf-8")
@@ -151,7 +151,7 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[
     import tempfile
     import threading
 
-    from flower_topics.launch import with_superlink
+    from flower_topics.cli.superlink import with_superlink
 
     if not config.get("resume"):
         RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run
@@ -191,8 +191,8 @@ def _in_process(config: Mapping[str, Any], node_configs: list[dict[str, Any]], s
                 out_dir: Path, mode: str, name: str) -> dict[str, Any]:
     """The method on in-process nodes (one per node config; their training documents and tokens: ``sizes``),
     written to ``out_dir``."""
-    from flower_topics.client_app import make_client_app
-    from flower_topics.server_app import run_server
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
 
     run_config = {**config, "output-dir": str(out_dir)}
     started = time.time()

@@ -4,7 +4,7 @@ Each is a :class:`flwr.serverapp.strategy.Strategy` and can be plugged into any 
 that runs the package's ClientApp (see the README, "Plugging a strategy into your own
 ServerApp")::
 
-    from flower_topics.agreement import agree_vocabulary
+    from flower_topics.federation.vocabulary_agreement import agree_vocabulary
     from flower_topics.strategies import FedLDA
     from flower_topics.wire.fedlda import FedLDASettings
 

@@ -47,10 +47,10 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from flower_topics import evaluation
+from flower_topics.evaluation import federated as evaluation
 from flower_topics.errors import UserInputError
-from flower_topics.evaluation import EvaluationSettings
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.evaluation.federated import EvaluationSettings
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.secure_sum.protocol import MASKED_KEY, ROUND_RECORD, SecureSumSettings
 from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
 from flower_topics.strategies.outstanding import OutstandingMessages
@@ -167,7 +167,7 @@ class TopicStrategy(Strategy):
     vocabulary : sequence of str
         The words, in column order; every party must hold exactly this vocabulary (its
         fingerprint travels with each message and the parties check it): the
-        vocabulary of :func:`flower_topics.agreement.agree_vocabulary`.
+        vocabulary of :func:`flower_topics.federation.vocabulary_agreement.agree_vocabulary`.
     fraction_train : float (default: 1.0)
         Fraction of connected nodes sampled each round (at least ``min_nodes``).
     min_nodes : int (default: 1)
@@ -178,7 +178,7 @@ class TopicStrategy(Strategy):
     seed : int (default: 0)
         Seeds the node sampling of every round (and a method's public initial model).
     evaluation : EvaluationSettings, optional
-        Federated evaluation (:mod:`flower_topics.evaluation`): every ``every`` rounds the
+        Federated evaluation (:mod:`flower_topics.evaluation.federated`): every ``every`` rounds the
         nodes score the model on their own documents and the strategy sums the scores
         into :attr:`evaluations`. None: no client-side evaluation.
     secure : SecureSumSettings, optional
@@ -272,7 +272,7 @@ class TopicStrategy(Strategy):
         return arrays
 
     def evaluation_counts(self, arrays: ArrayRecord) -> tuple[np.ndarray, float] | None:
-        """Integer ``K x V`` counts and a prior whose :func:`~flower_topics.evaluation.counts_phi` is this model's
+        """Integer ``K x V`` counts and a prior whose :func:`~flower_topics.evaluation.federated.counts_phi` is this model's
         topic-word matrix, sent to the parties for evaluation instead of the float64 matrix; None (the default)
         sends the matrix."""
         return None
@@ -482,7 +482,7 @@ class TopicStrategy(Strategy):
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """The pooled metrics from the parties' sums (:func:`flower_topics.evaluation.combine`)."""
+        """The pooled metrics from the parties' sums (:func:`flower_topics.evaluation.federated.combine`)."""
         if self.evaluation is None or not self.evaluation.due(server_round):
             return None
         replies = list(replies)

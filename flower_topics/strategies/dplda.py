@@ -44,7 +44,7 @@ from flwr.app import Array, ArrayRecord
 from flower_topics.models import svi
 from flower_topics.privacy.accountant import ACCOUNTANT, Budget
 from flower_topics.privacy.skellam import ACCOUNTANT as SKELLAM_ACCOUNTANT
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import dplda as wire
 from flower_topics.wire.protocol import ReplySpec

@@ -20,11 +20,11 @@ A missing party's contribution: its pending changes are not applied; it learns f
 ``last-applied-round`` that its reply was not applied, rolls its server view back and
 sends the changes again (perturbed afresh), so no change is lost or counted twice.
 
-Resume (:mod:`flower_topics.checkpoint`): the parties of a new Flower run start without their
+Resume (:mod:`flower_topics.run.checkpoint`): the parties of a new Flower run start without their
 ``context.state``, and a party that kept it cannot be told apart from the perturbed tuples,
 so every party restarts its server view: the strategy tells each ``last-applied-round`` 0,
 the parties enter their tokens again (``(w, K, k)``) from their samplers, and the
-checkpointed counts are :class:`~flower_topics.checkpoint.CarriedCounts`, retired as the
+checkpointed counts are :class:`~flower_topics.run.checkpoint.CarriedCounts`, retired as the
 entries arrive, so that no token is counted twice. The per-party release counters are
 folded into a run-wide offset (node ids may change): a resumed run reports at least what
 an uninterrupted one would.
@@ -48,11 +48,11 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from flower_topics.checkpoint import CarriedCounts, record_lost_round
+from flower_topics.run.checkpoint import CarriedCounts, record_lost_round
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
 from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.protocol import ReplySpec
@@ -102,7 +102,7 @@ class FedLDA(TopicStrategy):
         self.last_realized: RealizedLDP | None = None
         self.max_tuples_per_doc = 0
         self.last_phi: np.ndarray | None = None
-        # resume (flower_topics.checkpoint): releases before it, and the carried counts
+        # resume (flower_topics.run.checkpoint): releases before it, and the carried counts
         self.releases_before = 0
         self.realized_delta_before = 0.0
         self.carried: CarriedCounts | None = None

@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from flower_topics.models.ftm_merge import compose_local_models, integrate_local_models
 from flower_topics.models.topic_word import normalize_rows
 from flower_topics.privacy.document_level import EXAMPLE_LENGTHS, laplace_document_epsilon
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ftm as wire
 from flower_topics.wire.protocol import ReplyError, ReplySpec
@@ -76,7 +76,7 @@ class FTM(TopicStrategy):
         self.local_topics: dict[int, int] = {}
         self.composed: dict[int, np.ndarray] = {}
         self.released_rounds = 0
-        # resume (flower_topics.checkpoint): a party of a new Flower run draws its noisy statistics again
+        # resume (flower_topics.run.checkpoint): a party of a new Flower run draws its noisy statistics again
         self.previous_draws = 0
         self.segment_released = False
 
@@ -135,7 +135,7 @@ class FTM(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash (its parties drew their statistics if they had not yet)."""
-        from flower_topics.checkpoint import record_lost_round
+        from flower_topics.run.checkpoint import record_lost_round
 
         record_lost_round(self, release.get("nodes", []))
         self.released_rounds += 1

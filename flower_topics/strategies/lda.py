@@ -24,15 +24,15 @@ A missing party's contribution: its last applied counts stay in ``n_kw``; the pa
 learns from ``last-applied-round`` that its reply was not applied, rolls its topic
 assignments back to the applied ones and sends the change again, so its tokens are
 neither lost nor counted twice. A party whose SuperNode restarted rejoins with the state
-it kept in its ``state-dir`` (:mod:`flower_topics.party_state`) under the same node id; one
+it kept in its ``state-dir`` (:mod:`flower_topics.federation.party_state`) under the same node id; one
 that lost its state and sends its whole counts again, while the server holds its earlier
 ones, is rejected (its earlier tokens stay in ``n_kw``, counted once).
 
-Resume (:mod:`flower_topics.checkpoint`). Parties that kept their ``context.state`` send
+Resume (:mod:`flower_topics.run.checkpoint`). Parties that kept their ``context.state`` send
 changes that sum to zero, and the run continues exactly. A party that restarted without it
 (every party of a new Flower run) sends its whole counts again (a change summing to its
 ``num-tokens``); the first such reply after a resume turns the checkpointed counts into
-:class:`~flower_topics.checkpoint.CarriedCounts`, retired as the parties re-enter their
+:class:`~flower_topics.run.checkpoint.CarriedCounts`, retired as the parties re-enter their
 tokens, so that none is counted twice.
 """
 
@@ -44,7 +44,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from flower_topics.checkpoint import CarriedCounts
+from flower_topics.run.checkpoint import CarriedCounts
 from flower_topics.errors import UserInputError
 from flower_topics.models.lda import topic_word_distribution
 from flower_topics.strategies.base import Reply, TopicStrategy
@@ -85,7 +85,7 @@ class ADLDA(TopicStrategy):
         self.lda = dataclasses.replace(settings, secure=self.secure is not None)  # what the parties send follows it
         self._sent_counts: tuple[int, ArrayRecord, ArrayRecord] | None = None
         self._round_sum: tuple[int, np.ndarray] | None = None
-        # resume (flower_topics.checkpoint): carried counts while restarted parties re-enter their tokens
+        # resume (flower_topics.run.checkpoint): carried counts while restarted parties re-enter their tokens
         self.carried: CarriedCounts | None = None
         self.entered_nodes: set[int] = set()
         self._own: np.ndarray | None = None

@@ -57,9 +57,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import load_model
+from flower_topics.model.model_file import load_model
 from flower_topics.models.ntm import (
     NeuralTopicModel,
     apply_gradient,
@@ -70,8 +70,8 @@ from flower_topics.models.ntm import (
     weighted_average,
 )
 from flower_topics.models.ntm_federated import build_model, rdp_epsilon, rdp_of_step
-from flower_topics.outputs import MODEL_FILE, STATE_FILE
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.run.outputs import MODEL_FILE, STATE_FILE
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ntm as wire
 from flower_topics.wire.protocol import ReplyError, ReplySpec
@@ -145,7 +145,7 @@ class NTM(TopicStrategy):
         self.stopped: str | None = None
         self.party_epsilon: dict[int, float] = {}
         self.first_epsilon: dict[int, float] = {}
-        self.epsilon_before = 0.0  # DP: the largest epsilon reported before a resume (flower_topics.checkpoint)
+        self.epsilon_before = 0.0  # DP: the largest epsilon reported before a resume (flower_topics.run.checkpoint)
 
     def _network(self, seed: int):
         return build_model(self.vocab_size, self.ntm.n_topics, self.ntm.model, embedding_size=self.ntm.embedding_size,
@@ -332,7 +332,7 @@ class NTM(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more round, and with DP one round's epsilon (basic composition)."""
-        from flower_topics.checkpoint import record_lost_round
+        from flower_topics.run.checkpoint import record_lost_round
 
         record_lost_round(self, release.get("nodes", []))
         if self.ntm.dp:

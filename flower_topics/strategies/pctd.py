@@ -51,7 +51,7 @@ from flower_topics.privacy.gaussian import (
     theorem1_valid,
 )
 from flower_topics.privacy.document_level import EXAMPLE_LENGTHS, gaussian_document_epsilon, unit_count_sensitivity
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import pctd as wire
 from flower_topics.wire.protocol import ReplySpec
@@ -111,7 +111,7 @@ class PCTD(TopicStrategy):
         self.tau = tau
         self.similarity = similarity if tau > 0 else None
         self.releases: dict[int, int] = {}
-        self.releases_before = 0  # the worst party's releases before a resume (flower_topics.checkpoint)
+        self.releases_before = 0  # the worst party's releases before a resume (flower_topics.run.checkpoint)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "PCTD":
@@ -170,7 +170,7 @@ class PCTD(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more release for every party."""
-        from flower_topics.checkpoint import record_lost_round
+        from flower_topics.run.checkpoint import record_lost_round
 
         record_lost_round(self, release.get("nodes", []))
         self.releases_before += 1

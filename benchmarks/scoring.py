@@ -1,9 +1,9 @@
 """Score a model of a run with the run config's evaluation settings.
 
-The one bridge from a run config to :func:`flower_topics.metrics.evaluate_model`,
+The one bridge from a run config to :func:`flower_topics.evaluation.evaluate_model`,
 for benchmarks that train outside Flower and score a model on a whole corpus the way
 ``flower-topics evaluate`` does. Runs are scored by federated evaluation
-(:mod:`flower_topics.evaluation`).
+(:mod:`flower_topics.evaluation.federated`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from flower_topics.data.prepare import RunData
-from flower_topics.metrics import evaluate_model
-from flower_topics.model_file import TopicModel
+from flower_topics.evaluation import evaluate_model
+from flower_topics.model.model_file import TopicModel
 
 
 def score(model: TopicModel, data: RunData, config: Mapping[str, Any]) -> dict[str, float | int]:

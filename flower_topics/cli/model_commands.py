@@ -58,7 +58,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from flower_topics.model_file import load_model
+    from flower_topics.model.model_file import load_model
 
     model = load_model(args.model)
     topics = model.read_documents(args.corpus, **_options(args))
@@ -74,7 +74,7 @@ def _infer(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from flower_topics.report import write_report
+    from flower_topics.run.report_page import write_report
 
     path = write_report(args.run, args.out, corpus=args.corpus, reading=_options(args))
     print(f"wrote {path}")
@@ -82,10 +82,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from flower_topics.exports import export
-    from flower_topics.model_file import load_model
-    from flower_topics.report import run_paths
-    from flower_topics.topic_model import read_documents, reading_options
+    from flower_topics.run.exports import export
+    from flower_topics.model.model_file import load_model
+    from flower_topics.run.report_page import run_paths
+    from flower_topics.model.document_topics import read_documents, reading_options
 
     model = load_model(run_paths(args.run)[1])
     documents = None

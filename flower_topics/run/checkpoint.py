@@ -53,10 +53,10 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import save_npz
+from flower_topics.model.model_file import save_npz
 
 if TYPE_CHECKING:
-    from flower_topics.agreement import Agreement
+    from flower_topics.federation.vocabulary_agreement import Agreement
     from flower_topics.strategies.base import TopicStrategy
 
 #: Version of the checkpoint format (``meta["format"]``).
@@ -252,9 +252,9 @@ def agreement_state(agreement: "Agreement") -> dict[str, Any]:
 
 
 def agreement_from_state(state: Mapping[str, Any], vocabulary: Sequence[str]) -> "Agreement":
-    """The :class:`~flower_topics.agreement.Agreement` a checkpoint recorded."""
-    from flower_topics.agreement import Agreement
-    from flower_topics.privacy.report import PrivacyReport
+    """The :class:`~flower_topics.federation.vocabulary_agreement.Agreement` a checkpoint recorded."""
+    from flower_topics.federation.vocabulary_agreement import Agreement
+    from flower_topics.privacy.privacy_report import PrivacyReport
 
     privacy = None if state["privacy"] is None else PrivacyReport(**state["privacy"])
     return Agreement(vocabulary=tuple(vocabulary), mode=state["mode"], nodes=int(state["nodes"]),

@@ -37,10 +37,10 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import preprocess_config
 from flower_topics.errors import UserInputError
-from flower_topics.privacy.report import PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.privacy.set_union import privacy_summary
 from flower_topics.secure_sum.protocol import MASKED_KEY
 from flower_topics.strategies.base import FederationError, error_reason, wait_for_nodes

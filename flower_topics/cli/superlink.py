@@ -65,7 +65,7 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     The values are read with Flower's own parser (``flwr.common.config.parse_config_args``,
     what ``flwr run`` uses), laid over the app's defaults (``[tool.flwr.app.config]`` of
     ``app_dir/pyproject.toml``, flattened as Flower does) and checked by
-    :func:`~flower_topics.config.parse_run_config`. Flower's SuperLink refuses an unknown
+    :func:`~flower_topics.run.config.parse_run_config`. Flower's SuperLink refuses an unknown
     key with only ``[code: 15] Invalid run configuration.``, and a bad value fails inside
     the ServerApp after the run started; this names either in one line.
 
@@ -93,7 +93,7 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     import click
     from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
     from flower_topics.data.embedded import resolve_dataset
     from flower_topics.data.node_data import SYNTHETIC
 
@@ -201,7 +201,7 @@ def free_port() -> int:
 #: the heap and stay resident. Fixed at 4 MiB for Flower's processes (and the Ray workers that serve the
 #: simulated parties, which inherit it): the peak PSS of a 5-party debian_large simulation at K = 100 falls
 #: by about 90 MiB (docs/results.md); at 128 KiB its rounds were 40-60% slower. Every array above it is then a
-#: fresh map faulted in page by page, so hot paths reuse their large arrays (:mod:`flower_topics.scratch`).
+#: fresh map faulted in page by page, so hot paths reuse their large arrays (:mod:`flower_topics.numeric.work_arrays`).
 MALLOC_MMAP_THRESHOLD = 4 * 1024 * 1024
 
 

@@ -19,7 +19,7 @@ refuses a message that names word ids of its own. Each party replies with sums o
 documents (:func:`party_scores`):
 
 - over its held-out documents: the document-completion log-likelihood, the number of
-  tokens scored and of out-of-vocabulary tokens (:func:`flower_topics.metrics.federated.heldout_loglik`);
+  tokens scored and of out-of-vocabulary tokens (:func:`flower_topics.metrics.pooled_sums.heldout_loglik`);
 - over its training documents: the number of documents, the document frequencies D(w) of
   the top words and the co-document frequencies D(wi, wj) of the pairs of words that are
   top words of one topic (:func:`topic_pairs`: what NPMI and UMass read, 45 pairs a topic at
@@ -60,7 +60,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.metrics.coherence import coherence_word_ids, document_presence, presence_cooccurrence
 from flower_topics.metrics.diversity import topic_diversity
-from flower_topics.metrics.federated import (
+from flower_topics.metrics.pooled_sums import (
     Cooccurrence,
     HeldOut,
     coherence_from_counts,

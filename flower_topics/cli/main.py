@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from flower_topics.config import PARTITION_SCHEMES, parse_assignments
+from flower_topics.run.config import PARTITION_SCHEMES, parse_assignments
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
 from flower_topics.simulations.runner import ENGINES, MODES
@@ -105,15 +105,15 @@ def _parser() -> argparse.ArgumentParser:
     voc.add_argument("--max-df", type=float, default=0.5, help="drop words in more documents (fraction or count)")
     voc.add_argument("--text-column", default="text", help="text column of a .jsonl/.csv corpus")
     voc.add_argument("--stopwords", choices=("english", "none"), default="english")
-    from flower_topics.cli_model import add_commands
+    from flower_topics.cli.model_commands import add_commands
 
     add_commands(sub)  # infer, report, export
     return parser
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from flower_topics import console
-    from flower_topics.config import defaults
+    from flower_topics.federation import console
+    from flower_topics.run.config import defaults
     from flower_topics.simulations import simulate
 
     overrides = parse_assignments(args.set)
@@ -147,7 +147,7 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, str], dedicate
                    ) -> tuple[dict[str, object], str]:
     """The run config of ``simulate --resume DIR``: the checkpoint's, with what the command line gives laid over
     it (the ServerApp refuses any change a resume may not make), and the output directory (DIR by default)."""
-    from flower_topics.checkpoint import load_checkpoint
+    from flower_topics.run.checkpoint import load_checkpoint
 
     if args.mode == "local":
         raise UserInputError("--resume continues one run: use it with --mode federated or centralized")
@@ -157,8 +157,8 @@ def _resume_config(args: argparse.Namespace, overrides: dict[str, str], dedicate
     run_config.update(overrides)
     run_config.update({k: v for k, v in dedicated.items() if v is not None})
     run_config["resume"] = str(Path(args.resume).expanduser().resolve())
-    from flower_topics.config import parse_run_config
-    from flower_topics.server_app import resume_checkpoint
+    from flower_topics.run.config import parse_run_config
+    from flower_topics.federation.server_app import resume_checkpoint
 
     resume_checkpoint(parse_run_config({**run_config, "output-dir": str(out)}))  # a refusal: one line, nothing started
     return run_config, out
@@ -170,12 +170,12 @@ EVALUATION_KEYS = ("text-column", "label-column", "lowercase", "stopwords", "min
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
     from flower_topics.data import load_truth
     from flower_topics.data.node_data import simulated_share
-    from flower_topics.metrics import evaluate_model
-    from flower_topics.model_file import load_model
-    from flower_topics.server_app import synthetic_truth
+    from flower_topics.evaluation import evaluate_model
+    from flower_topics.model.model_file import load_model
+    from flower_topics.federation.server_app import synthetic_truth
 
     model = load_model(args.model)
     trained = model.metadata.get("run_config", {})
@@ -207,7 +207,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _vocabulary(args: argparse.Namespace) -> int:
-    from flower_topics.config import parse_run_config
+    from flower_topics.run.config import parse_run_config
     from flower_topics.data.prepare import load_run_data
 
     out = Path(args.out)
@@ -220,7 +220,7 @@ def _vocabulary(args: argparse.Namespace) -> int:
     if 0 < args.max_words < len(words):  # a curated vocabulary (OCTIS) is read whole: keep the words in most documents
         doc_freq = np.asarray((corpus.doc_term_matrix() > 0).sum(axis=0)).ravel()
         words = tuple(words[i] for i in sorted(np.argsort(-doc_freq, kind="stable")[:args.max_words]))
-    from flower_topics.topic_model import _write_atomic
+    from flower_topics.model.document_topics import _write_atomic
 
     try:  # a temporary file renamed into place: an interrupted write never leaves half a vocabulary
         _write_atomic(out, "\n".join(words) + "\n")
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command in ("infer", "report", "export"):
-            from flower_topics.cli_model import run
+            from flower_topics.cli.model_commands import run
 
             return run(args)
         if args.command == "vocabulary":

@@ -18,7 +18,7 @@ documents against those topics, read with the run's own preprocessing:
   evaluation always runs in the last round). The file stays on the party: nothing of it
   enters a reply.
 
-:class:`flower_topics.model_file.TopicModel` has the same as methods (``TopicModel.load``,
+:class:`flower_topics.model.model_file.TopicModel` has the same as methods (``TopicModel.load``,
 ``transform``, ``read_documents``).
 """
 
@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from flower_topics.errors import UserInputError
 
 if TYPE_CHECKING:
-    from flower_topics.model_file import TopicModel
+    from flower_topics.model.model_file import TopicModel
 
 logger = logging.getLogger("flower_topics")
 
@@ -330,7 +330,7 @@ def keep_party_theta(msg: Any, context: Any, run_config: Mapping[str, Any]) -> P
         The file written, or None when ``theta-out`` is not set or writing failed.
     """
     from flower_topics.data.node_data import READING_KEYS, node_options, simulated_share
-    from flower_topics.evaluation import received_model
+    from flower_topics.evaluation.federated import received_model
     from flower_topics.wire.agreement import split_words
     from flower_topics.wire.protocol import ARRAYS, CONFIG
 

@@ -16,9 +16,9 @@ import numpy as np
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from flower_topics import console
-from flower_topics.agreement import Agreement, agree_vocabulary
-from flower_topics.checkpoint import (
+from flower_topics.federation import console
+from flower_topics.federation.vocabulary_agreement import Agreement, agree_vocabulary
+from flower_topics.run.checkpoint import (
     Checkpoint,
     CheckpointWriter,
     RoundOffset,
@@ -29,18 +29,18 @@ from flower_topics.checkpoint import (
     resume_strategy,
     send_vocabulary,
 )
-from flower_topics.config import parse_run_config
+from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import SYNTHETIC, synthetic_config
 from flower_topics.data.synthetic import make_synthetic_corpus
 from flower_topics.errors import UserInputError
-from flower_topics.evaluation import is_eval_round
+from flower_topics.evaluation.federated import is_eval_round
 from flower_topics.methods import get_method
 from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.similarity import align_topics, topic_similarity_score
-from flower_topics.model_file import TopicModel
-from flower_topics.outputs import RunOutputs, read_metrics
-from flower_topics.privacy.report import PrivacyReport
-from flower_topics.prompt_grid import prompt
+from flower_topics.model.model_file import TopicModel
+from flower_topics.run.outputs import RunOutputs, read_metrics
+from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.federation.grids import prompt
 from flower_topics.strategies.base import TopicStrategy
 
 
@@ -158,12 +158,12 @@ def synthetic_truth(config: Mapping[str, Any], agreement: Agreement | None = Non
 def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     """Run one federated training on ``grid`` and write its outputs; the server opens no corpus.
 
-    Stages: the vocabulary agreement (:func:`~flower_topics.agreement.agree_vocabulary`),
+    Stages: the vocabulary agreement (:func:`~flower_topics.federation.vocabulary_agreement.agree_vocabulary`),
     the method's rounds (its strategy from the registry), federated evaluation every
     ``eval-every`` rounds, and the outputs. After the agreement, after the last round and when
     due (``checkpoint-interval``) the run's state goes to ``output-dir/checkpoint.npz``; with ``resume`` set to an interrupted
     run's output directory the run continues from its last complete round, without a new
-    agreement (:mod:`flower_topics.checkpoint`).
+    agreement (:mod:`flower_topics.run.checkpoint`).
 
     Parameters
     ----------
@@ -271,7 +271,7 @@ def resume_checkpoint(config: Mapping[str, Any]) -> Checkpoint | None:
     ------
     UserInputError
         One line: no readable checkpoint there, or a run config that changes more than a
-        resume may (:func:`~flower_topics.checkpoint.check_resume_config`).
+        resume may (:func:`~flower_topics.run.checkpoint.check_resume_config`).
     """
     if not str(config["resume"]):
         return None

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from flower_topics.errors import UserInputError
-from flower_topics.model_file import TopicModel, _json_default, save_model, save_npz
+from flower_topics.model.model_file import TopicModel, _json_default, save_model, save_npz
 
 MODEL_FILE = "model.npz"
 TOPICS_FILE = "topics.txt"
@@ -38,7 +38,7 @@ class RunOutputs:
         run's outputs (nothing is overwritten), unless it is ``resume_from``.
     resume_from : str or os.PathLike, optional
         The output directory of the interrupted run this run resumes
-        (:mod:`flower_topics.checkpoint`).
+        (:mod:`flower_topics.run.checkpoint`).
     resume_round : int (default: 0)
         The round the run resumes after: ``metrics.jsonl`` keeps (or, into a new
         directory, copies) the lines of rounds up to it, and drops a line written after

@@ -4,7 +4,7 @@ handler per registered method.
 The party reads only its own documents (:mod:`flower_topics.data.node_data`): the file its
 node config names (``dataset``, with its reading options), or in a simulation its share of
 the run config's dataset (``partition-id`` / ``num-partitions``). Before round 1 it answers
-the agreement stage (``query.candidates``, ``query.vocabulary``; :mod:`flower_topics.agreement`)
+the agreement stage (``query.candidates``, ``query.vocabulary``; :mod:`flower_topics.federation.vocabulary_agreement`)
 and keeps the agreed vocabulary in its state; every training message names the
 vocabulary's fingerprint, and the party trains on its documents over that vocabulary.
 
@@ -17,7 +17,7 @@ ServerApp of your own with keys of its own.
 
 Local state lives in ``context.state`` between rounds and never leaves the node; with
 ``state-dir`` in the node config it is also kept on the party's disk, so that a SuperNode
-restarted with the same identity rejoins its run (:mod:`flower_topics.party_state`). A private
+restarted with the same identity rejoins its run (:mod:`flower_topics.federation.party_state`). A private
 method's randomness is the party's secret (:func:`party_seed`): OS entropy, or its
 ``secret-seed`` mixed with a nonce drawn once per run.
 
@@ -39,8 +39,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, 
 from flwr.clientapp import ClientApp
 from flwr.common import log
 
-from flower_topics import evaluation, party_state, secure_sum
-from flower_topics.config import OPTIONS, parse_run_config
+from flower_topics import secure_sum
+from flower_topics.evaluation import federated as evaluation
+from flower_topics.federation import party_state
+from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
 from flower_topics.data.prepare import is_data_key
@@ -109,7 +111,7 @@ def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: s
     if VOCABULARY_STATE not in context.state.config_records:
         raise UserInputError("this node has no agreed vocabulary (it joined after the vocabulary agreement, its "
                              "SuperNode restarted without a state-dir in its node config, or the ServerApp skipped "
-                             "it: run flower_topics.agreement.agree_vocabulary first)")
+                             "it: run flower_topics.federation.vocabulary_agreement.agree_vocabulary first)")
     record = context.state[VOCABULARY_STATE]
     agreed = str(record["fingerprint"])
     if fingerprint is not None and fingerprint != agreed:
@@ -226,7 +228,7 @@ def secure_sum_stage(msg: Message, context: Context, config: Mapping[str, Any]) 
 
 
 def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """The agreement stage's first message: this party's candidate words (see :mod:`flower_topics.agreement`)."""
+    """The agreement stage's first message: this party's candidate words (see :mod:`flower_topics.federation.vocabulary_agreement`)."""
     request = msg.content[CONFIG]
     documents = node_documents(context, config)
     if str(request["mode"]) == "private" and secure_sum.ROUND_RECORD in msg.content.config_records:
@@ -296,7 +298,7 @@ def accept_vocabulary(msg: Message, context: Context, config: Mapping[str, Any])
 
 
 def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """Federated evaluation: this party's sums over its own documents (:mod:`flower_topics.evaluation`)."""
+    """Federated evaluation: this party's sums over its own documents (:mod:`flower_topics.evaluation.federated`)."""
     documents = agreed_documents(context, config, str(msg.content[CONFIG]["vocabulary"]))
     sums = documents.scorer.scores(msg.content)
     return Message(content=sums, reply_to=msg)
@@ -304,10 +306,10 @@ def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Me
 
 def score_model_keeping_theta(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """:func:`score_model`; then, if the node config sets ``theta-out``, this party's documents' topics are
-    written there, on the party (:func:`flower_topics.topic_model.keep_party_theta`); the reply is unchanged."""
+    written there, on the party (:func:`flower_topics.model.document_topics.keep_party_theta`); the reply is unchanged."""
     reply = score_model(msg, context, config)
     if node_options(context.node_config).get("theta-out"):
-        from flower_topics.topic_model import keep_party_theta
+        from flower_topics.model.document_topics import keep_party_theta
 
         keep_party_theta(msg, context, config)
     return reply
