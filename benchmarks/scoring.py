@@ -16,7 +16,7 @@ from flower_topics.model.model_file import TopicModel
 
 
 def score(model: TopicModel, data: RunData, config: Mapping[str, Any]) -> dict[str, float | int]:
-    """Metrics of DESIGN.md for ``model`` on the run's corpus.
+    """Metrics of docs/architecture.md for ``model`` on the run's corpus.
 
     Perplexity on the test documents, coherence on train+val, topic similarity to
     the true topics of a synthetic corpus, and label scores when the corpus has

@@ -1,4 +1,4 @@
-"""Metrics of DESIGN.md ("Metric definitions") against hand-computed values."""
+"""Metrics of docs/architecture.md ("Metric definitions") against hand-computed values."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Train/val/test splits: a fixed-seed split for corpora without one, stored next to a run.
 
-Methods train on ``train`` + ``val`` and are evaluated on ``test`` (DESIGN.md, "Data
+Methods train on ``train`` + ``val`` and are evaluated on ``test`` (docs/architecture.md, "Data
 flow"). OCTIS corpora bring their own split; every other corpus gets a random one,
 drawn from the run's seed and written to the run's output folder so that it can be
 reused.

@@ -28,7 +28,7 @@ def evaluate_model(
     alpha: float = 0.01,
     n_iter: int = 100,
 ) -> dict[str, float | int]:
-    """Every metric of DESIGN.md ("Metric definitions") for ``model`` on ``corpus``.
+    """Every metric of docs/architecture.md ("Metric definitions") for ``model`` on ``corpus``.
 
     The corpus is first put on the model's vocabulary (:func:`align_corpus`). Then:
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics of DESIGN.md ("Metric definitions"), one implementation for all.
+"""Evaluation metrics of docs/architecture.md ("Metric definitions"), one implementation for all.
 
 Perplexity by document completion, NPMI and UMass coherence, topic diversity,
 topic similarity to known topics, and label-based clustering and classification

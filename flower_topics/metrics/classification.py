@@ -1,4 +1,4 @@
-"""Label-based scores of document-topic proportions (DESIGN.md, "Metric definitions")."""
+"""Label-based scores of document-topic proportions (docs/architecture.md, "Metric definitions")."""
 
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def classification_f1(
 ) -> float:
     """Macro-F1 of a logistic regression on theta (train on train, test on test).
 
-    DESIGN.md: "macro-F1 of a logistic regression on theta (train on the training
+    docs/architecture.md: "macro-F1 of a logistic regression on theta (train on the training
     documents, test on the test documents)". The classifier is scikit-learn's
     ``LogisticRegression(max_iter=1000, random_state=seed)`` on the raw theta
     features; the F1 is macro-averaged over the labels present in the test labels

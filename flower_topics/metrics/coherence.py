@@ -1,4 +1,4 @@
-"""NPMI and UMass coherence of each topic's top words (DESIGN.md, "Metric definitions").
+"""NPMI and UMass coherence of each topic's top words (docs/architecture.md, "Metric definitions").
 
 Both scores come from document co-occurrence in a reference corpus, each document
 taken as a set of words: ``D(w)`` is the number of reference documents containing
@@ -219,7 +219,7 @@ def _pooled(topic_word: np.ndarray, reference: Corpus, top_n: int) -> tuple[Cohe
 def npmi_coherence(topic_word: np.ndarray, reference: Corpus, *, top_n: int = 10) -> CoherenceResult:
     """NPMI coherence of each topic's ``top_n`` words.
 
-    Exactly DESIGN.md: with ``N`` reference documents, ``P(w) = D(w) / N`` and
+    Exactly docs/architecture.md: with ``N`` reference documents, ``P(w) = D(w) / N`` and
     ``P(wi, wj) = D(wi, wj) / N``,
 
     .. math::
@@ -260,7 +260,7 @@ def umass_coherence(topic_word: np.ndarray, reference: Corpus, *, top_n: int = 1
         \\sum_{i < j} \\log \\frac{D(w_i, w_j) + 1}{D(w_i)},
 
     where the denominator is the document frequency of the *higher-ranked* word
-    ``w_i`` (DESIGN.md's "i < j in rank order" applied to the paper's formula; the
+    ``w_i`` (docs/architecture.md's "i < j in rank order" applied to the paper's formula; the
     same orientation as Mimno et al., 2011). The result's ``mean`` is the mean
     over topics. A higher-ranked word absent from the reference (``D(w_i) = 0``)
     would divide by zero; its count is clamped to 1, so such a pair contributes

@@ -1,4 +1,4 @@
-"""Topic diversity (DESIGN.md, "Metric definitions")."""
+"""Topic diversity (docs/architecture.md, "Metric definitions")."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from flower_topics.metrics.inference import check_topic_word, top_word_indices
 def topic_diversity(topic_word: np.ndarray, *, top_n: int = 25) -> float:
     """Share of distinct words among all topics' top words.
 
-    DESIGN.md: unique words among all topics' top 25, divided by ``25 K``. Top
+    docs/architecture.md: unique words among all topics' top 25, divided by ``25 K``. Top
     words are ranked by :func:`top_word_indices` (ties to the lower column). When
     the vocabulary has fewer than ``top_n`` words, ``n = V`` words per topic are
     used and the divisor is ``n K``.

@@ -1,6 +1,6 @@
 """Reading a corpus against a fixed model: vocabulary alignment, top words, theta fold-in.
 
-Every metric of DESIGN.md ("Metric definitions") scores a model's ``topic_word``
+Every metric of docs/architecture.md ("Metric definitions") scores a model's ``topic_word``
 matrix against documents. The helpers here put the documents on the model's
 vocabulary, rank each topic's words, and fold in document-topic proportions.
 """
@@ -66,7 +66,7 @@ def top_word_indices(topic_word: np.ndarray, n: int, *, check_input: bool = True
     """Column indices of each topic's ``n`` most probable words.
 
     Largest phi first; ties go to the lower column (a stable sort on ``-phi``), as
-    DESIGN.md ("Metric definitions") requires.
+    docs/architecture.md ("Metric definitions") requires.
 
     Parameters
     ----------
@@ -139,7 +139,7 @@ def align_corpus(corpus: Corpus, vocabulary: Sequence[str]) -> tuple[Corpus, int
 
     Token ids are mapped through one lookup array (corpus id -> model column, -1
     for a word the model does not know); out-of-vocabulary tokens are removed, as
-    DESIGN.md says for perplexity ("Out-of-vocabulary words are skipped and
+    docs/architecture.md says for perplexity ("Out-of-vocabulary words are skipped and
     counted"). Documents, their order, labels and split are kept; a document whose
     tokens are all out of vocabulary becomes empty.
 
@@ -200,7 +200,7 @@ def infer_theta(
             \\theta_{dk}\\phi_{kw} / \\sum_j \\theta_{dj}\\phi_{jw}}
             {K\\alpha + \\sum_w n_{dw}}
 
-    (the standard fold-in EM, DESIGN.md "held-out perplexity": "a fixed number of
+    (the standard fold-in EM, docs/architecture.md "held-out perplexity": "a fixed number of
     EM iterations, small symmetric alpha"). A token whose word has probability 0
     under every topic of the document's theta carries no responsibility. Empty
     documents get the uniform theta.

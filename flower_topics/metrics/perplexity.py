@@ -1,4 +1,4 @@
-"""Held-out perplexity by document completion (DESIGN.md, "Metric definitions")."""
+"""Held-out perplexity by document completion (docs/architecture.md, "Metric definitions")."""
 
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def perplexity(
 ) -> PerplexityResult:
     """Held-out perplexity by document completion.
 
-    As DESIGN.md defines it: each document is split in two halves with a fixed seed
+    As docs/architecture.md defines it: each document is split in two halves with a fixed seed
     (:func:`completion_split`); theta is folded in on the first half against the
     fixed ``topic_word`` (:func:`flower_topics.metrics.infer_theta`'s EM); then
 

@@ -1,6 +1,6 @@
-"""Metrics as sums over parties (DESIGN.md, "Stages of a run", 3. Federated evaluation).
+"""Metrics as sums over parties (docs/architecture.md, "Stages of a run", 3. Federated evaluation).
 
-Every metric of DESIGN.md ("Metric definitions") that a server reports from
+Every metric of docs/architecture.md ("Metric definitions") that a server reports from
 federated evaluation is a function of sums that each party computes on its own
 documents; the server adds the parts and applies the same function the pooled
 metrics use, so it reports the pooled numbers without seeing a corpus:
@@ -113,7 +113,7 @@ def heldout_loglik(
     """A party's held-out log-likelihood by document completion.
 
     Exactly the sums of :func:`flower_topics.metrics.perplexity` (document
-    completion as DESIGN.md defines it, through the same
+    completion as docs/architecture.md defines it, through the same
     :func:`flower_topics.metrics.perplexity.completion_loglik`) on the given
     documents, which are the party's held-out documents. Documents with fewer than 2
     in-vocabulary tokens are skipped; a party with none returns zeros.

@@ -1,4 +1,4 @@
-"""Topic similarity score against known topics (DESIGN.md, "Metric definitions")."""
+"""Topic similarity score against known topics (docs/architecture.md, "Metric definitions")."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class SimilarityResult:
 def topic_similarity_score(true_topic_word: np.ndarray, topic_word: np.ndarray) -> SimilarityResult:
     """Topic similarity score (TSS) of inferred topics to the true ones.
 
-    DESIGN.md: the sum over true topics of the best (1 - squared Hellinger
+    docs/architecture.md: the sum over true topics of the best (1 - squared Hellinger
     distance) to an inferred topic, and that sum divided by the number of true
     topics. With the squared Hellinger distance
     ``H^2(p, q) = 1/2 sum_w (sqrt p_w - sqrt q_w)^2 = 1 - sum_w sqrt(p_w q_w)``

@@ -1,7 +1,7 @@
 """The model file contract: ``model.npz`` with topic_word, vocabulary and metadata.
 
 Every method writes its final model with :func:`save_model`; every scorer reads it
-back with :func:`load_model` (see DESIGN.md, "Contracts").
+back with :func:`load_model` (see docs/architecture.md, "Contracts").
 """
 
 from __future__ import annotations

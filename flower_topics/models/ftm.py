@@ -37,7 +37,7 @@ once and reused in every round (Algorithm 1, first-iteration branch), so rounds 
 
 **Randomness.** Every function that draws takes a :class:`numpy.random.Generator` that the
 *caller* provides. For the privacy mechanism it must be seeded from OS entropy or a node-local
-secret, never from a run-config seed the server knows (DESIGN.md, trust boundary).
+secret, never from a run-config seed the server knows (docs/architecture.md, trust boundary).
 
 Private Metropolis-Hastings (Section 3.1.2, Algorithm 1, eq. 11-16)
 ------------------------------------------------------------------
