@@ -14,7 +14,7 @@ installation off; everything binds 127.0.0.1), on the synthetic corpus
 tiny per-method settings (:data:`METHOD_SETTINGS`, printed with the results).
 
 While a run goes, every 0.5 s the launcher's process tree is walked in ``/proc``
-(:func:`flower_topics.cli.superlink.process_tree`) and two resident sizes are recorded: the
+(:func:`flower_topics.simulations.processes.process_tree`) and two resident sizes are recorded: the
 ServerApp's process (on the simulation engine Flower 1.41 runs the ServerApp in the
 ``flwr-simulation`` process, which also drives Ray; ``flwr-serverapp`` on the deployment
 engine) and the sum of ``VmRSS`` over the whole tree (SuperLink, SuperExec, ServerApp,
@@ -59,7 +59,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flower_topics.cli.superlink import process_tree, resident_bytes  # noqa: E402
+from flower_topics.simulations.processes import process_tree  # noqa: E402
+from process_memory import resident_bytes  # noqa: E402
 
 METHODS = ("lda", "fedlda", "pctd", "ftm", "ntm", "dplda")
 
@@ -364,7 +365,7 @@ def deployment(method: str, parties: int, rounds: int, out: Path, timeout: float
     """
     from contextlib import ExitStack
 
-    from flower_topics.cli.superlink import submit, superlink, supernode, wait_for_run, write_connection
+    from flower_topics.simulations.local_superlink import submit, superlink, supernode, wait_for_run, write_connection
 
     home = Path(tempfile.mkdtemp(prefix="bench-load-deploy-", dir="/tmp"))
     tag = f"deploy-{method}-{parties}p-{rounds}r"

@@ -49,7 +49,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from flower_topics.cli.superlink import process_tree  # noqa: E402
+from flower_topics.simulations.processes import process_tree  # noqa: E402
 
 
 #: Roles of a simulation's processes, by a part of their command line (first match).

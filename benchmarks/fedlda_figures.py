@@ -6,7 +6,7 @@
 Every document is a user (the paper's setting), so how documents are grouped into
 clients does not change FedLDA's result: each round runs the client algorithm
 (:func:`flower_topics.clients.fedlda.train_round`) over all training documents and
-the server arithmetic of :class:`flower_topics.strategies.FedLDA` (apply the tuples,
+the server arithmetic of :class:`flower_topics.strategies.fedlda.FedLDA` (apply the tuples,
 phi from the clamped counts), without Flower's messaging. Perplexity is the
 package's held-out document-completion perplexity on the test split.
 

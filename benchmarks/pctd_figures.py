@@ -5,7 +5,7 @@
 
 The training documents are split into 3 parties in the paper's ratio 85:165:252 (seeded,
 scaled to the corpus). Each round runs the party code (:func:`flower_topics.clients.pctd.train_round`)
-for every party and the server arithmetic of :class:`flower_topics.strategies.PCTD`
+for every party and the server arithmetic of :class:`flower_topics.strategies.pctd.PCTD`
 (sum, clamped eq. 11, eq. 13, float32 transport), without Flower's messaging. Scores
 are the package's metrics: held-out document-completion perplexity on the test split,
 UMass and NPMI on train+val. LDA is the foundation's collapsed Gibbs sampler on the

@@ -14,9 +14,9 @@ Adding a method: write ``wire/<name>.py`` (keys, ``SETTINGS``, ``OPTIONS``, ``re
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType, ModuleType
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from flower_topics.errors import UserInputError
 from flower_topics.options import Option
@@ -28,9 +28,18 @@ if TYPE_CHECKING:
     from flower_topics.wire.protocol import ReplySpec
 
 
+def _no_check(config: Mapping[str, Any]) -> None:
+    """The default :attr:`MethodSpec.check_config`: nothing beyond each key's range."""
+
+
+def _no_notes(config: Mapping[str, Any]) -> Iterable[str]:
+    """The default :attr:`MethodSpec.quality_notes`: none."""
+    return ()
+
+
 @dataclass(frozen=True)
 class MethodSpec:
-    """One registered method.
+    """One registered method: its name, its parts, and every hook of the method contract.
 
     Parameters
     ----------
@@ -47,7 +56,26 @@ class MethodSpec:
     client : str
         ``"module:NAME"`` of its :class:`~flower_topics.clients.base.LocalStep`.
     private : bool
-        Whether it has a privacy mechanism.
+        Whether it has a privacy mechanism (its party's seed is then secret: OS entropy or
+        the node's ``secret-seed``, never the run config).
+    secure_sum : bool, default False
+        Whether its replies are sums the server can add under secure aggregation.
+    node_options : Mapping[str, Option], default {}
+        Node-config keys a party of this method may set for itself
+        (``flower-supernode --node-config``); its local step sees each as ``party.<key>``.
+    check_config : callable, default no check
+        ``check_config(config)``: what a run of this method needs of a validated run config
+        beyond each key's range; raises :class:`~flower_topics.errors.UserInputError`.
+    quality_notes : callable, default none
+        ``quality_notes(config) -> lines``: console lines when this run config is known to
+        give poor topics, each naming the option that changes it.
+    fixed_on_resume : Mapping[str, str], default {}
+        Run-config keys a resume of this method may not change, each with the reason,
+        beyond those no resume may change.
+    topic_counts : str or None, default None
+        The key of ``state.npz`` that holds the run's final integer ``K x V`` topic-word
+        token counts, from which the report shows each topic's share of the training
+        tokens (None: the method keeps no such counts).
     """
 
     name: str
@@ -56,6 +84,12 @@ class MethodSpec:
     strategy: str
     client: str
     private: bool
+    secure_sum: bool = False
+    node_options: Mapping[str, Option] = field(default_factory=dict)
+    check_config: Callable[[Mapping[str, Any]], None] = _no_check
+    quality_notes: Callable[[Mapping[str, Any]], Iterable[str]] = _no_notes
+    fixed_on_resume: Mapping[str, str] = field(default_factory=dict)
+    topic_counts: str | None = None
 
     @property
     def options(self) -> Mapping[str, Option]:
@@ -75,26 +109,17 @@ class MethodSpec:
         return _load(self.strategy).from_config(config, vocabulary)
 
     def check(self, config: Mapping[str, Any]) -> None:
-        """What a run of this method needs of a validated run config beyond each key's range
-        (the wire module's ``check_config``, when it has one); raises UserInputError."""
+        """Refuse, in one line, a validated run config this method cannot run: secure aggregation
+        it does not support, or what its :attr:`check_config` refuses."""
         if bool(config.get("secure-aggregation", False)) and not self.secure_sum:
             able = ", ".join(spec.name for spec in METHODS.values() if spec.secure_sum) or "none"
             raise UserInputError(f"secure-aggregation=true: {self.name}'s replies are not sums the server could add "
                                  f"under masks (methods that support it: {able}; docs/secure-aggregation.md)")
-        check_config = getattr(self.protocol, "check_config", None)
-        if check_config is not None:
-            check_config(config)
+        self.check_config(config)
 
-    @property
-    def secure_sum(self) -> bool:
-        """Whether its replies can go through secure aggregation (its wire module's ``SECURE_SUM``)."""
-        return bool(getattr(self.protocol, "SECURE_SUM", False))
-
-    def quality_notes(self, config: Mapping[str, Any]) -> list[str]:
-        """Lines for the console when this run config is known to give poor topics: why, and the option that
-        changes it (the wire module's ``quality_notes``, when it has one)."""
-        notes = getattr(self.protocol, "quality_notes", None)
-        return [] if notes is None else list(notes(config))
+    def notes(self, config: Mapping[str, Any]) -> list[str]:
+        """Its :attr:`quality_notes` for ``config``, as a list."""
+        return list(self.quality_notes(config))
 
     def local_step(self) -> "LocalStep":
         """Its party side (imported on first use)."""
@@ -109,20 +134,37 @@ def _load(path: str) -> Any:
 #: Every registered method, by name.
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
-               lda, "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP", private=False),
+               lda, "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP", private=False,
+               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY),
     MethodSpec("fedlda", "FedLDA (Wang, Tong and Shi, AAAI 2020): local sampling, RRP-perturbed update tuples",
                fedlda, "flower_topics.strategies.fedlda:FedLDA", "flower_topics.clients.fedlda:STEP",
-               private=True),
+               private=True, topic_counts=fedlda.COUNTS_KEY),
     MethodSpec("pctd", "PC-TD (Shi et al., IEEE Intelligent Systems 2020): EM over semantic units, Gaussian noise",
-               pctd, "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP", private=True),
+               pctd, "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP", private=True,
+               secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes),
     MethodSpec("ftm", "FTM (Jiang et al., CIKM 2019): private MH on Laplace-thresholded counts, topic merging",
-               ftm, "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP", private=True),
+               ftm, "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP", private=True,
+               node_options=ftm.NODE_OPTIONS, quality_notes=ftm.quality_notes),
     MethodSpec("ntm", "gFedNTM (Calvo-Bartolome and Arenas-Garcia 2023): Sync-Opt of ProdLDA/CTM, DP-SGD",
-               ntm, "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP", private=True),
+               ntm, "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP", private=True,
+               secure_sum=ntm.SECURE_SUM, quality_notes=ntm.quality_notes),
     MethodSpec("dplda", "DP-SVI (Park et al. 2016): Poisson-sampled documents, clipped expected counts, Gaussian "
                "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
-               "flower_topics.clients.dplda:STEP", private=True),
+               "flower_topics.clients.dplda:STEP", private=True, secure_sum=dplda.SECURE_SUM, node_options=dplda.NODE_OPTIONS,
+               check_config=dplda.check_config, quality_notes=dplda.quality_notes,
+               fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
+                                              "whole-run budget; another num-rounds would change the noise"}),
 )})
+
+
+def all_node_options() -> dict[str, Option]:
+    """Every node-config key a party may set: the data and federation keys, then each method's own."""
+    from flower_topics.data.node_data import NODE_OPTIONS
+
+    table = dict(NODE_OPTIONS)
+    for spec in METHODS.values():
+        table.update(spec.node_options)
+    return table
 
 
 def get_method(name: str) -> MethodSpec:

@@ -22,7 +22,7 @@ What Flower 1.41 expects (read from its source, ``flwr/superlink/cli/flower_supe
   ``Failed to initialize the connection to the SuperLink``.
 
 Every process listens on 127.0.0.1 only, runs in its own process group, logs to a file
-and is stopped by its PID (:func:`flower_topics.cli.superlink.stop`).
+and is stopped by its PID (:func:`flower_topics.simulations.processes.stop`).
 """
 
 from __future__ import annotations
@@ -43,16 +43,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from flower_topics.cli.superlink import (
-    CONNECTION,
-    flwr_env,
-    free_port,
-    process_tree,
-    run_status,
-    stop,
-    wait_for_port,
-    wait_for_run,
-)
+from flower_topics.simulations.processes import free_port, process_tree, stop, wait_for_port
+from flower_topics.simulations.local_superlink import CONNECTION, flwr_env, run_status, wait_for_run
 from flower_topics.run.outputs import STATE_FILE
 
 HOST = "127.0.0.1"
@@ -306,7 +298,7 @@ def start_supernode(flwr_home: Path, superlink_port: int, node_config: str, *, l
     authenticated with ``keys``; without ``certs``, insecure) in its own process group (no
     context manager: a fault test kills and restarts it); returns once its Runtime API (a
     free port of 127.0.0.1) listens. The caller stops it with
-    :func:`flower_topics.cli.superlink.stop` (or :func:`kill_tree`)."""
+    :func:`flower_topics.simulations.processes.stop` (or :func:`kill_tree`)."""
     port = free_port()
     cmd = [_bin("flower-supernode"), "--superlink", f"{HOST}:{superlink_port}",
            "--host", HOST, "--port", str(port), "--node-config", node_config]

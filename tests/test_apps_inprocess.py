@@ -68,7 +68,7 @@ def test_global_counts_equal_total_training_tokens(tmp_path):
     """Every training token is counted exactly once in the global model."""
     config = {**SMALL, "num-rounds": 2, "output-dir": str(tmp_path / "run")}
     grid = LoopbackGrid(make_client_app(config), 3, config)
-    from flower_topics.strategies import ADLDA
+    from flower_topics.strategies.lda import ADLDA
     from flower_topics.federation.server_app import build_strategy
     from flower_topics.run.config import parse_run_config
 
@@ -191,7 +191,7 @@ def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, 
 
 def test_pctd_strategy_plugs_into_a_plain_strategy_start(tmp_path):
     """A user's own ServerApp: PCTD built by hand, Flower's Strategy.start, our ClientApp."""
-    from flower_topics.strategies import PCTD
+    from flower_topics.strategies.pctd import PCTD
     from flower_topics.wire.pctd import PCTDSettings
 
     config = {**SMALL, "method": "lda"}  # the run config's method does not matter: the messages say pctd

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.run.checkpoint import (CHECKPOINT_FILE, RELEASE_FILE, CheckpointWriter, load_checkpoint, read_meta,
+from flower_topics.run.release_journal import RELEASE_FILE
+from flower_topics.run.checkpoint import (CHECKPOINT_FILE, CheckpointWriter, load_checkpoint, read_meta,
                                       strategy_state)
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.errors import UserInputError
@@ -204,7 +205,7 @@ def test_the_writer_is_due_after_the_interval_and_at_the_last_round(monkeypatch,
 
 
 def test_the_release_journal_skips_a_cut_short_last_line_and_refuses_a_broken_one(tmp_path):
-    from flower_topics.run.checkpoint import read_releases, write_release
+    from flower_topics.run.release_journal import read_releases, write_release
 
     path = tmp_path / RELEASE_FILE
     write_release(tmp_path, 1, [101, 102])

@@ -11,7 +11,7 @@ import pytest
 from flwr.common.logger import FLOWER_LOGGER
 
 from flower_topics.federation import console
-from flower_topics.cli.superlink import check_run_config
+from flower_topics.simulations.local_superlink import check_run_config
 from flower_topics.errors import UserInputError
 
 

@@ -42,7 +42,8 @@ import pytest
 
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.node_data import load_node_documents
-from flower_topics.cli.superlink import run_status, stop, submit
+from flower_topics.simulations.processes import stop
+from flower_topics.simulations.local_superlink import run_status, submit
 from flower_topics.run.outputs import read_metrics
 from flower_topics.wire import lda as lda_wire
 from tests.deployment import (

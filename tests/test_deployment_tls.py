@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.cli.superlink import submit
+from flower_topics.simulations.local_superlink import submit
 from flower_topics.model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 from tests.test_e2e_flower import listening_addresses

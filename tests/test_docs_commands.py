@@ -19,8 +19,8 @@ from flwr.common.config import parse_config_args
 
 from flower_topics.cli.main import _parser
 from flower_topics.run.config import OPTIONS, options_table, parse_assignments, parse_run_config
-from flower_topics.data.node_data import NODE_OPTIONS
-from flower_topics.methods import METHODS
+
+from flower_topics.methods import METHODS, all_node_options
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -55,7 +55,7 @@ def _check(command: str) -> None:
     for config in _quoted_option(argv, "--run-config"):
         parse_run_config(parse_config_args([config]))
     for config in _quoted_option(argv, "--node-config"):
-        unknown = set(parse_config_args([config])) - set(NODE_OPTIONS)
+        unknown = set(parse_config_args([config])) - set(all_node_options())
         assert not unknown, f"unknown node-config key(s) {sorted(unknown)}"
     if inline:
         for key in parse_assignments(_quoted_option(argv, "--set")):

@@ -28,7 +28,8 @@ from flower_topics.privacy.gaussian import DEFAULT_ORDERS
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.privacy.set_union import privacy_summary
 from flower_topics.federation.server_app import RoundRecorder
-from flower_topics.strategies import PCTD, FedLDA
+from flower_topics.strategies.pctd import PCTD
+from flower_topics.strategies.fedlda import FedLDA
 from flower_topics.strategies.base import RoundTraffic
 from flower_topics.strategies.dplda import DPLDA
 from flower_topics.wire.dplda import DPLDASettings

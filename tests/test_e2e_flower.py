@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.cli.superlink import process_tree, with_superlink
+from flower_topics.simulations.processes import process_tree
+from flower_topics.simulations.local_superlink import with_superlink
 from flower_topics.model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 

@@ -285,12 +285,28 @@ def test_node_config_values_are_accepted_typed_or_refused_in_one_line(raw):
     ({"partition-id": 3, "num-partitions": 2}, "partition-id 3 is outside [0, 2)"),
     ({"partition-id": 0, "num-partitions": 0}, "node-config 'num-partitions' = 0 must be >= 1"),
     ({"dataset": "/srv/notes.jsonl", "min-party-df": "nan"}, "node-config 'min-party-df' = 'nan' is not a valid int"),
-    ({"dataset": "/srv/notes.jsonl", "max-epsilon": "-inf"}, "node-config 'max-epsilon' = '-inf' must be >= 0"),
-    ({"dataset": "/srv/notes.jsonl", "max-epsilon": "nan"}, "node-config 'max-epsilon' = 'nan' is not a number"),
 ])
 def test_bad_node_configs_are_one_line(node_config, fragment):
     with pytest.raises(UserInputError) as error:
         load_node_documents(node_config, parse_run_config({}))
+    assert fragment in one_line(error.value)
+
+
+@pytest.mark.parametrize(("node_config", "fragment"), [
+    ({"dataset": "/srv/notes.jsonl", "max-epsilon": "-inf"}, "node-config 'max-epsilon' = '-inf' must be >= 0"),
+    ({"dataset": "/srv/notes.jsonl", "max-epsilon": "nan"}, "node-config 'max-epsilon' = 'nan' is not a number"),
+    ({"dataset": "/srv/notes.jsonl", "local-topics": "-1"}, "node-config 'local-topics' = '-1' must be >= 0"),
+])
+def test_bad_method_node_options_are_one_line_whatever_the_method(node_config, fragment):
+    """A party reading its documents checks every method's node options (a method's own, e.g. dplda's max-epsilon),
+    before any method runs."""
+    from flwr.app import Context, RecordDict
+
+    from flower_topics.federation.client_app import node_documents
+
+    context = Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={})
+    with pytest.raises(UserInputError) as error:
+        node_documents(context, parse_run_config({"method": "lda"}))
     assert fragment in one_line(error.value)
 
 

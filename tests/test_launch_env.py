@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from flower_topics.cli.superlink import MALLOC_MMAP_THRESHOLD, flwr_env, with_num_supernodes
+from flower_topics.simulations.local_superlink import MALLOC_MMAP_THRESHOLD, flwr_env, with_num_supernodes
 
 
 def _child_sees(env: dict[str, str], name: str) -> str:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from flower_topics.cli import superlink as launch
-from flower_topics.cli.superlink import _started, _still_running, process_tree
+from flower_topics.simulations import processes
+from flower_topics.simulations.processes import _started, _still_running, process_tree
 
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4",
         "--set", "synthetic-shared-topics=2", "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",
@@ -68,8 +68,8 @@ def test_an_interrupted_simulation_stops_every_process_it_started(tmp_path, sign
 
 def test_stop_works_without_proc(monkeypatch):
     """Where there is no /proc (macOS), the process tree is the process alone and stop() still stops it by PID."""
-    monkeypatch.setattr(launch.Path, "is_dir", lambda self: False)
+    monkeypatch.setattr(processes.Path, "is_dir", lambda self: False)
     assert process_tree(os.getpid()) == [os.getpid()]
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    launch.stop(child, grace=10)
+    processes.stop(child, grace=10)
     assert child.poll() is not None

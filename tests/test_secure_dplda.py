@@ -144,12 +144,12 @@ def test_a_party_refuses_a_secure_round_without_its_share_and_an_update_that_cou
     settings = _settings(epsilon=50.0)
     arrays = ArrayRecord({LAMBDA_KEY: Array(np.ones((2, 3), dtype=np.float32))})
     with pytest.raises(UserInputError, match="no secure-sum round"):
-        client.local_step(arrays, ConfigRecord(settings.to_record()), corpus, client.DPLDAClientState(), seed=1)
+        client.STEP.train(arrays, ConfigRecord(settings.to_record()), corpus, client.DPLDAClientState(), seed=1)
     tight = ConfigRecord({**settings.to_record(), NOISE_SHARE: 1.0, ENTRY_LIMIT: 50})
     with pytest.raises(UserInputError, match="could reach"):
-        client.local_step(arrays, tight, corpus, client.DPLDAClientState(), seed=1)
+        client.STEP.train(arrays, tight, corpus, client.DPLDAClientState(), seed=1)
     roomy = ConfigRecord({**settings.to_record(), NOISE_SHARE: 0.5, ENTRY_LIMIT: 1 << 30})
-    update, metrics = client.local_step(arrays, roomy, corpus, client.DPLDAClientState(), seed=1)
+    update, metrics = client.STEP.train(arrays, roomy, corpus, client.DPLDAClientState(), seed=1)
     assert update[STATISTIC_KEY].dtype == np.int64 and metrics == {}
 
 

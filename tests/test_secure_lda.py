@@ -60,7 +60,7 @@ def test_a_party_refuses_a_range_its_counts_could_overflow():
     arrays = ArrayRecord({wire.COUNTS_KEY: Array(np.zeros((2, 3), dtype=np.int32))})
     config = ConfigRecord({**settings.to_record(), "server-round": 1, "last-applied-round": 0, ENTRY_LIMIT: 39})
     with pytest.raises(UserInputError, match="secure-aggregation-bits"):
-        client.local_step(arrays, config, corpus, client.LDAClientState(), seed=1)
+        client.STEP.train(arrays, config, corpus, client.LDAClientState(), seed=1)
 
 
 def test_a_sum_that_would_make_a_count_negative_holds_the_round(tmp_path, monkeypatch, caplog):

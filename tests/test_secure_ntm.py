@@ -122,11 +122,11 @@ def test_a_party_refuses_a_range_its_update_could_exceed_before_it_computes_anyt
     with monkeypatch.context() as patch:
         patch.setattr(client, "train_round", no_training)
         with pytest.raises(UserInputError, match="could reach"):
-            client.local_step(arrays, config, corpus, client.NTMClientState(), seed=1)
+            client.STEP.train(arrays, config, corpus, client.NTMClientState(), seed=1)
         with pytest.raises(UserInputError, match="no secure-sum round"):  # secure settings, no limit: no clear reply
-            client.local_step(arrays, ConfigRecord(settings.to_record()), corpus, client.NTMClientState(), seed=1)
+            client.STEP.train(arrays, ConfigRecord(settings.to_record()), corpus, client.NTMClientState(), seed=1)
     config[ENTRY_LIMIT] = int(needed)
-    update, metrics = client.local_step(arrays, config, corpus, client.NTMClientState(), seed=1)
+    update, metrics = client.STEP.train(arrays, config, corpus, client.NTMClientState(), seed=1)
     assert metrics == {} and list(update) == list(wire.secure_reply_spec(settings, 3).arrays)
     assert update[wire.SECURE_WEIGHT_KEY][0] == weight and np.abs(update[wire.SECURE_UPDATE_KEY]).max() < needed
 

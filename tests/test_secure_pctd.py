@@ -93,7 +93,7 @@ def test_a_party_refuses_a_range_its_statistic_could_exceed():
     arrays = ArrayRecord({wire.PHI_KEY: Array(np.full((2, 3), 1 / 3, dtype=np.float32))})
     config = ConfigRecord({**settings.to_record(), "server-round": 1, ENTRY_LIMIT: int(needed) - 1})
     with pytest.raises(UserInputError, match="secure-aggregation-bits"):
-        client.local_step(arrays, config, corpus, client.PCTDClientState(), seed=1)
+        client.STEP.train(arrays, config, corpus, client.PCTDClientState(), seed=1)
     config[ENTRY_LIMIT] = 1 << 30
-    update, metrics = client.local_step(arrays, config, corpus, client.PCTDClientState(), seed=1)
+    update, metrics = client.STEP.train(arrays, config, corpus, client.PCTDClientState(), seed=1)
     assert update[wire.STATISTIC_KEY].dtype == np.int64 and metrics == {}

@@ -9,7 +9,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from flower_topics.privacy import rrp_eta
-from flower_topics.strategies import FedLDA
+from flower_topics.strategies.fedlda import FedLDA
 from flower_topics.wire.fedlda import COUNTS_KEY, PHI_KEY, TUPLES_KEY, FedLDASettings
 from tests.flower_harness import FixedNodesGrid, as_server, reply_content, reply_from, vocabulary
 

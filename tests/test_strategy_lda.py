@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Error, Message, RecordDict
 
-from flower_topics.strategies import ADLDA
+from flower_topics.strategies.lda import ADLDA
 from flower_topics.strategies.lda import counts_record
 from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.lda import COUNTS_KEY, DELTA_KEY, LDASettings

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from flower_topics.privacy.gaussian import gaussian_epsilon, theorem1_epsilon
-from flower_topics.strategies import PCTD
+from flower_topics.strategies.pctd import PCTD
 from flower_topics.wire.pctd import PHI_KEY, STATISTIC_KEY, PCTDSettings
 from tests.flower_harness import FixedNodesGrid, as_server, reply_content, reply_from, vocabulary
 

@@ -2,10 +2,11 @@
 "last applied round" protocol.
 
 A method's client module exposes one :class:`LocalStep`: the dataclass of what the party
-keeps between rounds (``context.state`` in Flower; arrays and integers only) and the
-function that runs one round on the party's documents. The ClientApp routes a
-``train.<method>`` message to it; the step never sees the run config, only what the
-strategy sent.
+keeps between rounds (``context.state`` in Flower; arrays and integers only), the
+function that runs one round on the party's documents, and, for a method whose replies
+can go through secure aggregation, the check that its reply fits the secure sum's range.
+The ClientApp routes a ``train.<method>`` message to :meth:`LocalStep.train`; the step
+never sees the run config, only what the strategy sent.
 
 The last-applied-round protocol (methods whose replies are changes against the server's
 counts: ``lda``, ``fedlda``). The server tells each party the round of its last applied
@@ -24,9 +25,16 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
 from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
+from flower_topics.secure_sum.party import ENTRY_LIMIT
 
 Update = tuple[dict[str, np.ndarray], dict[str, int | float]]
 """A local step's reply: arrays for the ``update`` record and numbers for ``metrics``."""
+
+
+def no_secure_limit(corpus: Corpus, config: ConfigRecord) -> str | None:
+    """The default :attr:`LocalStep.secure_headroom`: nothing to check."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -42,10 +50,29 @@ class LocalStep:
         ``run(arrays, settings, corpus, state, seed) -> (arrays, metrics)``: one round on
         the party's training documents, given the message's :class:`~flwr.app.ArrayRecord`
         and :class:`~flwr.app.ConfigRecord`; updates ``state`` in place.
+    secure_headroom : callable, default no check
+        ``secure_headroom(corpus, settings) -> reason or None``: in a secure-sum round (the
+        settings carry this party's entry limit, ``secure-sum.entry-limit``, and its share of
+        the noise, ``secure-sum.noise-share``, where the method adds one), why this party's
+        reply could exceed the most it may add without the sum wrapping, or None.
     """
 
     state: type
     run: Callable[[ArrayRecord, ConfigRecord, Corpus, Any, int], Update]
+    secure_headroom: Callable[[Corpus, ConfigRecord], str | None] = no_secure_limit
+
+    def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int) -> Update:
+        """One round (:attr:`run`), refused in one line before anything is computed when it is a secure-sum
+        round whose range could not hold the reply (:attr:`secure_headroom`).
+
+        Raises
+        ------
+        UserInputError
+            The reply could wrap the secure sum.
+        """
+        if ENTRY_LIMIT in settings and (problem := self.secure_headroom(corpus, settings)):
+            raise UserInputError(problem)
+        return self.run(arrays, settings, corpus, state, seed)
 
 
 class Acknowledged(Protocol):

@@ -184,11 +184,7 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
                              f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases)]))
     if settings.secure:
-        share, limit = float(config[NOISE_SHARE]), int(config[ENTRY_LIMIT])
-        problem = secure_headroom(settings, corpus.n_docs, share, limit)
-        if problem:
-            raise UserInputError(problem)
-        statistic = secure_release(corpus, lam, settings, rng, share)
+        statistic = secure_release(corpus, lam, settings, rng, float(config[NOISE_SHARE]))
         state.releases = releases
         return {wire.STATISTIC_KEY: statistic}, {}
     noisy = release(corpus, lam, settings, rng)
@@ -196,5 +192,14 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     return {wire.STATISTIC_KEY: noisy.astype(np.float32)}, {}
 
 
+def _secure_headroom(corpus: Corpus, config: ConfigRecord) -> str | None:
+    """:func:`secure_headroom` from a training message's settings (None when they carry no noise share:
+    :func:`local_step` refuses that round)."""
+    if NOISE_SHARE not in config:
+        return None
+    return secure_headroom(wire.DPLDASettings.from_record(config), corpus.n_docs, float(config[NOISE_SHARE]),
+                           int(config[ENTRY_LIMIT]))
+
+
 #: The party side of ``dplda``.
-STEP = LocalStep(state=DPLDAClientState, run=local_step)
+STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom)

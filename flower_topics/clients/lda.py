@@ -29,7 +29,6 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
-from flower_topics.errors import UserInputError
 from flower_topics.models.lda import CollapsedGibbs, word_topic_buffer
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.wire import lda as wire
@@ -139,13 +138,9 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     """One round of ``lda`` from a training message: the count change (in its wire form,
     :func:`~flower_topics.wire.lda.delta_arrays`) and the token count."""
     settings = wire.LDASettings.from_record(config)
-    if ENTRY_LIMIT in config:  # secure aggregation: refused before anything is sampled or sent
-        if not settings.secure:  # this party's secure sum masks the reply: it must be the dense change
-            raise ValueError("this round's reply is masked (secure sum), but the server's settings say "
-                             "secure-aggregation is off")
-        problem = secure_headroom(corpus, int(config[ENTRY_LIMIT]))
-        if problem:
-            raise UserInputError(problem)
+    if ENTRY_LIMIT in config and not settings.secure:  # the masked reply must be the dense change
+        raise ValueError("this round's reply is masked (secure sum), but the server's settings say "
+                         "secure-aggregation is off")
     global_counts = wire.decode_counts(arrays, settings, corpus.n_words, word_major=True,
                                        out=word_topic_buffer(corpus.n_words, settings.n_topics))
     delta = train_round(corpus, global_counts, state, server_round=int(config["server-round"]),
@@ -154,4 +149,5 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 
 #: The party side of ``lda``.
-STEP = LocalStep(state=LDAClientState, run=local_step)
+STEP = LocalStep(state=LDAClientState, run=local_step,
+                 secure_headroom=lambda corpus, config: secure_headroom(corpus, int(config[ENTRY_LIMIT])))

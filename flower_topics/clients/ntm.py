@@ -284,15 +284,14 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
     Under secure aggregation (the settings say so, and the party's secure-sum state gave it
     its entry limit) the integers of :func:`secure_update` and no metric; refused before
-    anything is computed when the range could not hold them (:func:`secure_headroom`).
+    anything is computed when the range could not hold them (:func:`secure_headroom`, checked by
+    :meth:`LocalStep.train`).
     """
     settings = NTMSettings.from_record(config)
     limit = int(config[ENTRY_LIMIT]) if ENTRY_LIMIT in config else None
     if settings.secure and limit is None:
         raise UserInputError("secure sum: this training message belongs to no secure-sum round of this party; "
                              "nothing is sent in clear")
-    if limit is not None and (problem := secure_headroom(corpus, settings, limit)):
-        raise UserInputError(problem)
     server_round = int(config["server-round"])
     weights = arrays[wire.WEIGHTS_KEY].numpy()
     row, metrics = train_round(corpus, weights, state, server_round=server_round, settings=settings, seed=seed)
@@ -306,4 +305,6 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 
 #: The party side of ``ntm``.
-STEP = LocalStep(state=NTMClientState, run=local_step)
+STEP = LocalStep(state=NTMClientState, run=local_step,
+                 secure_headroom=lambda corpus, config: secure_headroom(corpus, NTMSettings.from_record(config),
+                                                                        int(config[ENTRY_LIMIT])))

@@ -134,12 +134,10 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     Under secure aggregation (the message's settings carry the party's entry limit) ``M_t`` is
     sent as integers in units of ``1 / pctd.quantum``, randomly rounded with the party's secret
     randomness (:func:`flower_topics.secure_sum.protocol.quantize`); refused before anything is
-    computed when the range could not hold it (:func:`secure_headroom`).
+    computed when the range could not hold it (:func:`secure_headroom`, checked by :meth:`LocalStep.train`).
     """
     settings = PCTDSettings.from_record(config)
     limit = int(config[ENTRY_LIMIT]) if ENTRY_LIMIT in config else None
-    if limit is not None and (problem := secure_headroom(corpus, settings, limit)):
-        raise UserInputError(problem)
     server_round = int(config["server-round"])
     statistic = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=server_round,
                             settings=settings, seed=seed)
@@ -149,4 +147,6 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 
 #: The party side of ``pctd``.
-STEP = LocalStep(state=PCTDClientState, run=local_step)
+STEP = LocalStep(state=PCTDClientState, run=local_step,
+                 secure_headroom=lambda corpus, config: secure_headroom(corpus, PCTDSettings.from_record(config),
+                                                                        int(config[ENTRY_LIMIT])))

@@ -61,9 +61,6 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "min-party-df": Option(2, "union vocabulary agreement: a word leaves this party only if it is in at least this "
                            "many of its own documents (set on the party: the run config cannot lower it)",
                            at_least(1)),
-    "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)", at_least(0)),
-    "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
-                          "release over it whatever the server says (0 = the run's dplda.epsilon)", at_least(0)),
     "theta-out": Option("", "a CSV path on this party: its documents' topic mixtures under the global model, written "
                         "at each federated evaluation (the last is the final model) and never sent ('' = off)"),
     "state-dir": Option("", "a directory on this party where it keeps its state after every message, so that a "

@@ -47,15 +47,14 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
 from flower_topics.data.prepare import is_data_key
 from flower_topics.errors import UserInputError
-from flower_topics.methods import METHODS, MethodSpec
+from flower_topics.methods import METHODS, MethodSpec, all_node_options
+from flower_topics.options import coerce
 from flower_topics.wire import agreement
 from flower_topics.wire.agreement import split_words
 from flower_topics.wire.protocol import ARRAYS, BAD_INPUT, CONFIG, METRICS, SENDER, UPDATE, vocabulary_fingerprint
 
 S = TypeVar("S")
 PARTITION_KEYS = ("partition", "dirichlet-alpha", "partition-sizes", "label-groups")
-#: Node-config keys a local step sees, as ``party.<key>`` beside the server's settings.
-PARTY_KEYS = ("partition-id", "local-topics", "max-epsilon")
 #: Where a node keeps the agreed vocabulary in ``context.state``.
 VOCABULARY_STATE = "vocabulary"
 #: Where a node records the (eps, delta) per document its ``private`` vocabulary release spent.
@@ -71,8 +70,19 @@ def data_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def node_documents(context: Context, config: Mapping[str, Any]) -> NodeDocuments:
-    """This party's documents over its own words (its file, or its simulated share)."""
+    """This party's documents over its own words (its file, or its simulated share), once every node-config key
+    it sets is valid (:func:`check_node_config`)."""
+    check_node_config(context.node_config)
     return load_node_documents(context.node_config, config)
+
+
+def check_node_config(node_config: Mapping[str, Any]) -> None:
+    """Refuse, in one line, a node config with a bad value of any key a party may set: the data and federation
+    keys and every method's own (:func:`flower_topics.methods.all_node_options`), whichever method the run is."""
+    table = all_node_options()
+    for key, value in node_config.items():
+        if key in table:
+            coerce(key, value, table[key], source="node-config")
 
 
 @dataclass(frozen=True)
@@ -186,10 +196,19 @@ def party_seed(context: Context, config: Mapping[str, Any], private: bool) -> in
     return client_seed(config, int(options.get("partition-id", context.node_id)))
 
 
+def party_options(spec: MethodSpec, node_config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a local step sees of this party's node config: its ``partition-id`` (simulation) and the
+    method's own node options (:attr:`~flower_topics.methods.MethodSpec.node_options`), validated."""
+    options = node_options(node_config)
+    party = {"partition-id": options["partition-id"]} if "partition-id" in options else {}
+    party.update({key: coerce(key, value, spec.node_options[key], source="node-config")
+                  for key, value in node_config.items() if key in spec.node_options})
+    return party
+
+
 def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """Run ``spec``'s local step on this node's training documents, keep its state, and reply with its update."""
-    options = node_options(context.node_config)
-    party = {f"party.{key}": options[key] for key in PARTY_KEYS if key in options}
+    party = {f"party.{key}": value for key, value in party_options(spec, context.node_config).items()}
     if SPENT_STATE in context.state.config_records:  # what this party's own vocabulary release spent
         spent = context.state[SPENT_STATE]
         party.update({"party.spent-epsilon": float(spent["epsilon"]), "party.spent-delta": float(spent["delta"])})
@@ -204,7 +223,7 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     state_name = f"{spec.name}-state"
     state = load_state(context, state_name, step.state())
     seed = party_seed(context, config, private=spec.private)
-    arrays, metrics = step.run(msg.content[ARRAYS], settings, corpus, state, seed)
+    arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed)
     if secure is not None:
         order = spec.reply_spec(settings, corpus.n_words).arrays
         vector = np.concatenate([np.asarray(arrays[key]).ravel() for key in order])
@@ -306,10 +325,10 @@ def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Me
 
 def score_model_keeping_theta(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """:func:`score_model`; then, if the node config sets ``theta-out``, this party's documents' topics are
-    written there, on the party (:func:`flower_topics.model.document_topics.keep_party_theta`); the reply is unchanged."""
+    written there, on the party (:func:`flower_topics.federation.party_theta.keep_party_theta`); the reply is unchanged."""
     reply = score_model(msg, context, config)
     if node_options(context.node_config).get("theta-out"):
-        from flower_topics.model.document_topics import keep_party_theta
+        from flower_topics.federation.party_theta import keep_party_theta
 
         keep_party_theta(msg, context, config)
     return reply

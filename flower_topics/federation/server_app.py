@@ -17,18 +17,9 @@ from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from flower_topics.federation import console
-from flower_topics.federation.vocabulary_agreement import Agreement, agree_vocabulary
-from flower_topics.run.checkpoint import (
-    Checkpoint,
-    CheckpointWriter,
-    RoundOffset,
-    agreement_from_state,
-    array_record,
-    check_resume_config,
-    load_checkpoint,
-    resume_strategy,
-    send_vocabulary,
-)
+from flower_topics.federation.vocabulary_agreement import Agreement, agree_vocabulary, send_vocabulary
+from flower_topics.run.checkpoint import Checkpoint, CheckpointWriter, load_checkpoint
+from flower_topics.run.resume import RoundOffset, array_record, check_resume_config, resume_strategy
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import SYNTHETIC, synthetic_config
 from flower_topics.data.synthetic import make_synthetic_corpus
@@ -186,7 +177,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     if checkpoint is None:
         agreement = agree_vocabulary(grid, config, timeout=timeout)
     else:  # the agreement is not run again: it would spend the parties' privacy a second time
-        agreement = agreement_from_state(checkpoint.agreement, checkpoint.vocabulary)
+        agreement = Agreement.from_state(checkpoint.agreement, checkpoint.vocabulary)
     outputs.write_vocabulary(agreement.vocabulary)
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
@@ -259,7 +250,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     for line in console.summary_lines(
             method=str(config["method"]), topics=model.top_words(10), asked_topics=int(config["num-topics"]),
             last=recorder.last, privacy=recorder.privacy().summary(), directory=str(outputs.directory),
-            seconds=time.time() - recorder.started, notes=get_method(str(config["method"])).quality_notes(config)):
+            seconds=time.time() - recorder.started, notes=get_method(str(config["method"])).notes(config)):
         console.say("%s", line)
     return model
 
@@ -271,7 +262,7 @@ def resume_checkpoint(config: Mapping[str, Any]) -> Checkpoint | None:
     ------
     UserInputError
         One line: no readable checkpoint there, or a run config that changes more than a
-        resume may (:func:`~flower_topics.run.checkpoint.check_resume_config`).
+        resume may (:func:`~flower_topics.run.resume.check_resume_config`).
     """
     if not str(config["resume"]):
         return None

@@ -27,6 +27,7 @@ documents onto it. What each mode reveals is listed in the README ("What leaves 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from flower_topics.run.config import parse_run_config
+from flower_topics.run.json_values import plain_json
 from flower_topics.data.prepare import preprocess_config
 from flower_topics.errors import UserInputError
 from flower_topics.privacy.privacy_report import PrivacyReport
@@ -119,6 +121,23 @@ class Agreement:
                 "fingerprint": vocabulary_fingerprint(self.vocabulary),
                 "node_corpora": self.node_corpora, "shares": self.shares,
                 "privacy": None if self.privacy is None else self.privacy.to_dict()}
+
+    def state(self) -> dict[str, Any]:
+        """Its fields as JSON values, for a checkpoint (the vocabulary travels separately)."""
+        privacy = None if self.privacy is None else plain_json(dataclasses.asdict(self.privacy))
+        return {"mode": self.mode, "nodes": self.nodes, "bytes_sent": self.bytes_sent,
+                "bytes_received": self.bytes_received, "seconds": self.seconds,
+                "excluded": {str(n): why for n, why in self.excluded.items()}, "privacy": privacy,
+                "node_corpora": self.node_corpora, "shares": self.shares}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any], vocabulary: Sequence[str]) -> "Agreement":
+        """The agreement a checkpoint recorded (:meth:`state`)."""
+        privacy = None if state["privacy"] is None else PrivacyReport(**state["privacy"])
+        return cls(vocabulary=tuple(vocabulary), mode=state["mode"], nodes=int(state["nodes"]),
+                   bytes_sent=int(state["bytes_sent"]), bytes_received=int(state["bytes_received"]),
+                   seconds=float(state["seconds"]), excluded={int(n): why for n, why in state["excluded"].items()},
+                   privacy=privacy, node_corpora=int(state["node_corpora"]), shares=int(state["shares"]))
 
 
 def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float | None = None) -> Agreement:
@@ -348,3 +367,29 @@ def _node_corpus(reply: Message) -> float | None:
 def _enough(nodes: list[int], excluded: Mapping[int, str], min_nodes: int) -> None:
     if len(nodes) < min_nodes:
         raise FederationError.too_few("the vocabulary agreement", len(nodes), min_nodes, excluded)
+
+
+def send_vocabulary(grid: Grid, vocabulary: Sequence[str], min_nodes: int, timeout: float | None = None
+                    ) -> dict[int, str]:
+    """Send the checkpointed vocabulary to every node (the agreement's last message, ``query.vocabulary``).
+
+    The parties of a new Flower run hold no vocabulary; the agreed words are already known
+    to every party, so sending them again releases nothing, and no candidate is asked for
+    (the agreement's privacy is not spent again). A party that kept its state maps its
+    documents onto the same words again (nothing changes).
+
+    Returns
+    -------
+    dict
+        The nodes that could not take the vocabulary, with the reason.
+    """
+    nodes = sorted(wait_for_nodes(grid, min_nodes))
+    record = ConfigRecord({wire.WORDS: wire.join_words(tuple(vocabulary)),
+                           "vocabulary": vocabulary_fingerprint(tuple(vocabulary))})
+    messages = [Message(RecordDict({CONFIG: record}), dst_node_id=n, message_type=wire.VOCABULARY) for n in nodes]
+    excluded = {reply.metadata.src_node_id: error_reason(reply)
+                for reply in grid.send_and_receive(messages, timeout=timeout) if reply.has_error()}
+    if len(nodes) - len(excluded) < min_nodes:
+        raise FederationError.too_few("resume (the vocabulary to the parties)", len(nodes) - len(excluded),
+                                      min_nodes, excluded)
+    return excluded

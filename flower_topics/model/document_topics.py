@@ -12,11 +12,9 @@ documents against those topics, read with the run's own preprocessing:
 - :func:`document_topics` folds in theta (:func:`flower_topics.metrics.inference.fold_in`,
   the EM the evaluation uses, with the run's ``eval-alpha`` and ``eval-iterations``).
 - :class:`DocumentTopics` holds the result: theta, top topic, the documents of a topic, CSV.
-- :func:`keep_party_theta`: in a federated run a party whose node config sets
-  ``theta-out`` writes its documents' topics there at each federated evaluation, against
-  the global model the ``evaluate`` message carries (the last one is the final model:
-  evaluation always runs in the last round). The file stays on the party: nothing of it
-  enters a reply.
+
+In a federated run a party whose node config sets ``theta-out`` writes its documents'
+topics with these functions (:mod:`flower_topics.federation.party_theta`).
 
 :class:`flower_topics.model.model_file.TopicModel` has the same as methods (``TopicModel.load``,
 ``transform``, ``read_documents``).
@@ -34,17 +32,22 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from flower_topics.errors import UserInputError
 
-if TYPE_CHECKING:
-    from flower_topics.model.model_file import TopicModel
 
 logger = logging.getLogger("flower_topics")
+
+class HasRunConfig(Protocol):
+    """A trained model as the functions here read it: its ``metadata`` (with the run's ``run_config``)
+    (:class:`~flower_topics.model.model_file.TopicModel`)."""
+
+    metadata: Mapping[str, Any]
+
 
 #: Reading options a run config holds, with the defaults of a model without one.
 READING_DEFAULTS: Mapping[str, Any] = {"text-column": "text", "lowercase": True, "stopwords": "english"}
@@ -148,7 +151,7 @@ class DocumentTopics:
         return _write_atomic(path, buffer.getvalue())
 
 
-def reading_options(model: "TopicModel", **overrides: Any) -> dict[str, Any]:
+def reading_options(model: HasRunConfig, **overrides: Any) -> dict[str, Any]:
     """How the model's run read its documents (``text-column``, ``lowercase``, ``stopwords``), with ``overrides``.
 
     A model without a run config gets the defaults (:data:`READING_DEFAULTS`); an override of
@@ -160,7 +163,7 @@ def reading_options(model: "TopicModel", **overrides: Any) -> dict[str, Any]:
     return options
 
 
-def fold_in_options(model: "TopicModel") -> tuple[float, int]:
+def fold_in_options(model: HasRunConfig) -> tuple[float, int]:
     """The run's fold-in settings (``eval-alpha``, ``eval-iterations``), or the defaults."""
     trained = model.metadata.get("run_config", {}) if isinstance(model.metadata, Mapping) else {}
     return (float(trained.get("eval-alpha", FOLD_IN_DEFAULTS["eval-alpha"])),
@@ -308,63 +311,6 @@ def document_topics(topic_word: np.ndarray, documents: DocumentCounts, *, alpha:
     phi = check_topic_word(topic_word, documents.counts.shape[1])
     theta = fold_in(phi, documents.counts, alpha=alpha, n_iter=n_iter)
     return DocumentTopics(documents.ids, theta, documents.n_words, documents.n_oov)
-
-
-_PARTY_DOCUMENTS: dict[tuple[Any, ...], DocumentCounts] = {}
-
-
-def keep_party_theta(msg: Any, context: Any, run_config: Mapping[str, Any]) -> Path | None:
-    """On a party whose node config sets ``theta-out``: write its documents' topics under the evaluated model.
-
-    Called after the party answered an ``evaluate`` message (its reply is already built and
-    is not touched). The documents are the party's own: its node config's ``dataset`` read
-    with its reading options (every document of the file, with its id), or in a simulation
-    its share of the run's dataset (ids are indices within the share). The topics are the
-    ``evaluate`` message's global ``topic_word`` over the vocabulary the party agreed to; the
-    fold-in uses the message's ``eval-alpha`` and ``eval-iterations``. A failure (unwritable
-    path, unreadable corpus) is logged on the party and sent nowhere.
-
-    Returns
-    -------
-    Path or None
-        The file written, or None when ``theta-out`` is not set or writing failed.
-    """
-    from flower_topics.data.node_data import READING_KEYS, node_options, simulated_share
-    from flower_topics.evaluation.federated import received_model
-    from flower_topics.wire.agreement import split_words
-    from flower_topics.wire.protocol import ARRAYS, CONFIG
-
-    options = node_options(context.node_config)
-    target = str(options.get("theta-out", "")).strip()
-    if not target:
-        return None
-    try:
-        vocabulary = split_words(str(context.state["vocabulary"]["words"]))
-        phi = received_model(msg.content, len(vocabulary))
-        request = msg.content[CONFIG]
-        reading = {key: options.get(key, run_config.get(key, READING_DEFAULTS.get(key))) for key in READING_KEYS}
-        if options.get("dataset"):
-            path = Path(str(options["dataset"])).expanduser()
-            key = (str(path), path.stat().st_mtime_ns, tuple(sorted(reading.items())), tuple(vocabulary))
-            if key not in _PARTY_DOCUMENTS:  # read once a run, not at every evaluation
-                _PARTY_DOCUMENTS.clear()
-                _PARTY_DOCUMENTS[key] = read_documents(path, vocabulary, text_column=str(reading["text-column"]),
-                                                       lowercase=bool(reading["lowercase"]),
-                                                       stopwords=str(reading["stopwords"]))
-            documents = _PARTY_DOCUMENTS[key]
-        else:
-            share = simulated_share(run_config, int(options["partition-id"]), int(options["num-partitions"])).corpus
-            documents = count_corpus(share, vocabulary)
-        topics = document_topics(phi, documents, alpha=float(request["eval-alpha"]),
-                                 n_iter=int(request["eval-iterations"]))
-        written = topics.to_csv(target)
-    except (OSError, UserInputError, ValueError, KeyError) as exc:
-        logger.error("flower-topics: theta-out: could not write %s: %s (kept on this node, nothing was sent)",
-                     target, exc)
-        return None
-    logger.info("flower-topics: theta-out: wrote the topics of %d documents (%d without a word of the vocabulary) "
-                "to %s on this node", len(topics.ids), int(topics.empty.sum()), written)
-    return written
 
 
 def _write_atomic(path: Path, text: str) -> Path:

@@ -17,6 +17,12 @@ import numpy as np
 
 from flower_topics.errors import UserInputError
 
+#: A run's model file: ``topic_word``, ``vocabulary`` and ``metadata`` (:func:`save_model`).
+MODEL_FILE = "model.npz"
+#: Written beside it: the strategy's final global arrays (``ntm``'s network weights, the topic-word counts
+#: of ``lda`` and ``fedlda``).
+STATE_FILE = "state.npz"
+
 if TYPE_CHECKING:
     from flower_topics.model.document_topics import DocumentTopics
 

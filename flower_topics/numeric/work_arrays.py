@@ -1,7 +1,7 @@
 """Work arrays a hot path reuses from call to call, so that it does not map a fresh large array every time.
 
 Flower's processes run with glibc's ``MALLOC_MMAP_THRESHOLD_`` fixed at 4 MiB
-(:data:`flower_topics.cli.superlink.MALLOC_MMAP_THRESHOLD`, which keeps freed memory from piling up
+(:data:`flower_topics.simulations.local_superlink.MALLOC_MMAP_THRESHOLD`, which keeps freed memory from piling up
 in the heap), so every array above it is a fresh ``mmap``: its pages are faulted in and zeroed
 by the kernel at first touch and unmapped when it is freed. An ``lda`` round at K = 100 on a
 fifth of debian_large made five such ``K x V`` int32 arrays (10 MB each) per party, which cost

@@ -17,12 +17,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import TopicModel, _json_default, save_model, save_npz
+from flower_topics.model.model_file import MODEL_FILE, STATE_FILE, TopicModel, _json_default, save_model, save_npz
 
-MODEL_FILE = "model.npz"
 TOPICS_FILE = "topics.txt"
 METRICS_FILE = "metrics.jsonl"
-STATE_FILE = "state.npz"
 RESULT_FILES = (MODEL_FILE, STATE_FILE, TOPICS_FILE, METRICS_FILE)
 PLOTTED = ("perplexity", "npmi", "umass", "diversity", "tss_normalized", "nmi", "purity", "macro_f1",
            "bytes_sent", "bytes_received")

@@ -29,6 +29,7 @@ import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
 from flower_topics.errors import UserInputError
+from flower_topics.methods import METHODS
 from flower_topics.model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import (
     METRIC_LABELS,
@@ -132,16 +133,16 @@ def topic_sizes(model: TopicModel, directory: Path | None, corpus: str | None = 
         share = tokens @ topics.theta / tokens.sum()
         return TopicSizes(share, f"expected share of the {int(tokens.sum())} in-vocabulary tokens of {corpus} "
                                  f"({len(topics.ids)} documents), theta folded in against the model")
+    method = model.metadata.get("method") if isinstance(model.metadata, Mapping) else None
+    key = METHODS[method].topic_counts if method in METHODS else None  # the method says where its counts are
     state = directory / STATE_FILE if directory is not None else None
-    if state is not None and state.is_file():
+    if key is not None and state is not None and state.is_file():
         with np.load(state, allow_pickle=False) as data:
-            for key in data.files:
-                counts = data[key]
-                if (counts.shape == model.topic_word.shape and np.issubdtype(counts.dtype, np.integer)
-                        and counts.sum() > 0):
-                    share = np.clip(counts.sum(axis=1).astype(np.float64), 0, None)
-                    return TopicSizes(share / share.sum(), f"share of the training tokens assigned to each topic in "
-                                      f"the run's final global topic-word counts ({STATE_FILE}: {key})")
+            counts = data[key] if key in data.files else None
+        if counts is not None and counts.shape == model.topic_word.shape and counts.sum() > 0:
+            share = np.clip(counts.sum(axis=1).astype(np.float64), 0, None)
+            return TopicSizes(share / share.sum(), f"share of the training tokens assigned to each topic in "
+                              f"the run's final global topic-word counts ({STATE_FILE}: {key})")
     return None
 
 

@@ -151,7 +151,7 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[
     import tempfile
     import threading
 
-    from flower_topics.cli.superlink import with_superlink
+    from flower_topics.simulations.local_superlink import with_superlink
 
     if not config.get("resume"):
         RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run

@@ -294,6 +294,43 @@ class TopicStrategy(Strategy):
         return ("federated evaluation (each party's held-out log-likelihood sums and the co-document counts of the "
                 "top words, sent without noise; federated-eval=false turns it off)")
 
+    # ------------------------------------------------------------ resume hooks (flower_topics.run.checkpoint)
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """``(arrays, numbers)``: the method's own state that ``aggregate`` and ``privacy_report`` need to
+        continue after a resume, beyond the base's accumulators (traffic, last applied rounds,
+        excluded nodes, metrics, evaluations); written to every checkpoint. Numbers must be JSON
+        values. None by default."""
+        return {}, {}
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state` into this strategy, freshly built from the same run config and
+        vocabulary (nothing to restore by default)."""
+
+    def release_details(self) -> dict[str, Any] | None:
+        """What ``checkpoint-release.json`` records of a round about to be released beyond its nodes (e.g. how
+        many tuples each party sends), so that a resume can count a release lost to a crash; None by default."""
+        return None
+
+    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+        """Count a release that went out after the last checkpoint and was lost to a crash (a line of
+        ``checkpoint-release.json``); by default a round to its nodes (:meth:`record_lost_round`)."""
+        self.record_lost_round(release.get("nodes", []))
+
+    def record_lost_round(self, nodes: Sequence[int]) -> None:
+        """Count a round released to ``nodes`` and lost to a crash in the traffic.
+
+        The round is re-run under its own number after the resume, so the lost release is
+        kept under a negative key (below every other): every report that counts the rounds
+        with ``nodes_sampled`` counts it, and no round's metrics change.
+        """
+        key = min(0, *self.traffic) - 1 if self.traffic else -1
+        self.traffic[key] = RoundTraffic(nodes_sampled=len(nodes), started=0.0)
+
+    def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Called once a resumed strategy holds the checkpoint's state, with the checkpoint's global arrays:
+        what the method does because the parties of a new Flower run start without their ``context.state``
+        (nothing by default)."""
+
     # ------------------------------------------------------------ Strategy API
     def summary(self) -> None:
         """Log the strategy's settings."""

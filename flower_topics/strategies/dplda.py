@@ -197,6 +197,14 @@ class DPLDA(TopicStrategy):
         """Rounds in which parties were asked to release (a party asked counts, whether or not it replied)."""
         return sum(1 for t in self.traffic.values() if t.nodes_sampled)
 
+    def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The number of natural-gradient steps taken (the step size of the next one depends on it)."""
+        return {}, {"updates": self.updates}
+
+    def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore :meth:`checkpoint_state`."""
+        self.updates = int(meta.get("updates", 0))
+
     def privacy_report(self) -> PrivacyReport:
         """The training rounds' (eps, delta) per document so far; the ServerApp composes the vocabulary's."""
         eps_rounds, delta_rounds = self.budget.for_rounds()

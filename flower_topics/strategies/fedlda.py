@@ -24,7 +24,7 @@ Resume (:mod:`flower_topics.run.checkpoint`): the parties of a new Flower run st
 ``context.state``, and a party that kept it cannot be told apart from the perturbed tuples,
 so every party restarts its server view: the strategy tells each ``last-applied-round`` 0,
 the parties enter their tokens again (``(w, K, k)``) from their samplers, and the
-checkpointed counts are :class:`~flower_topics.run.checkpoint.CarriedCounts`, retired as the
+checkpointed counts are :class:`~flower_topics.strategies.carried_counts.CarriedCounts`, retired as the
 entries arrive, so that no token is counted twice. The per-party release counters are
 folded into a run-wide offset (node ids may change): a resumed run reports at least what
 an uninterrupted one would.
@@ -48,7 +48,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from flower_topics.run.checkpoint import CarriedCounts, record_lost_round
+from flower_topics.strategies.carried_counts import CarriedCounts
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
 from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
@@ -228,7 +228,7 @@ class FedLDA(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more release, and its realized delta, for every party."""
-        record_lost_round(self, release.get("nodes", []))
+        self.record_lost_round(release.get("nodes", []))
         self.releases_before += 1
         self.realized_delta_before += float(release.get("realized_delta", 0.0))
 

@@ -135,9 +135,7 @@ class FTM(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash (its parties drew their statistics if they had not yet)."""
-        from flower_topics.run.checkpoint import record_lost_round
-
-        record_lost_round(self, release.get("nodes", []))
+        self.record_lost_round(release.get("nodes", []))
         self.released_rounds += 1
         self.segment_released = True
 

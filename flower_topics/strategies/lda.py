@@ -32,7 +32,7 @@ Resume (:mod:`flower_topics.run.checkpoint`). Parties that kept their ``context.
 changes that sum to zero, and the run continues exactly. A party that restarted without it
 (every party of a new Flower run) sends its whole counts again (a change summing to its
 ``num-tokens``); the first such reply after a resume turns the checkpointed counts into
-:class:`~flower_topics.run.checkpoint.CarriedCounts`, retired as the parties re-enter their
+:class:`~flower_topics.strategies.carried_counts.CarriedCounts`, retired as the parties re-enter their
 tokens, so that none is counted twice.
 """
 
@@ -44,7 +44,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from flower_topics.run.checkpoint import CarriedCounts
+from flower_topics.strategies.carried_counts import CarriedCounts
 from flower_topics.errors import UserInputError
 from flower_topics.models.lda import topic_word_distribution
 from flower_topics.strategies.base import Reply, TopicStrategy

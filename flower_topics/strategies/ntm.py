@@ -57,9 +57,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import load_model
+from flower_topics.model.model_file import MODEL_FILE, STATE_FILE, load_model
 from flower_topics.models.ntm import (
     NeuralTopicModel,
     apply_gradient,
@@ -70,7 +69,6 @@ from flower_topics.models.ntm import (
     weighted_average,
 )
 from flower_topics.models.ntm_federated import build_model, rdp_epsilon, rdp_of_step
-from flower_topics.run.outputs import MODEL_FILE, STATE_FILE
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ntm as wire
@@ -183,7 +181,7 @@ class NTM(TopicStrategy):
         if config.get("method") != wire.METHOD or not (directory / STATE_FILE).is_file():
             raise UserInputError(f"{directory} does not hold a finished ntm run (model.npz of method ntm and "
                                  f"{STATE_FILE})")
-        strategy = cls.from_config(parse_run_config(config), model.vocabulary)
+        strategy = cls.from_config(config, model.vocabulary)  # the run config as the run validated it
         with np.load(directory / STATE_FILE) as state:
             unflatten_parameters(strategy.model, state[wire.WEIGHTS_KEY])
         return strategy.model.eval()
@@ -332,9 +330,7 @@ class NTM(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more round, and with DP one round's epsilon (basic composition)."""
-        from flower_topics.run.checkpoint import record_lost_round
-
-        record_lost_round(self, release.get("nodes", []))
+        self.record_lost_round(release.get("nodes", []))
         if self.ntm.dp:
             self.epsilon_before += max(self.first_epsilon.values(), default=0.0)
 

@@ -170,9 +170,7 @@ class PCTD(TopicStrategy):
 
     def count_lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more release for every party."""
-        from flower_topics.run.checkpoint import record_lost_round
-
-        record_lost_round(self, release.get("nodes", []))
+        self.record_lost_round(release.get("nodes", []))
         self.releases_before += 1
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:

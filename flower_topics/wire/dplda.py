@@ -32,6 +32,12 @@ SECURE_SUM = True
 LAMBDA_KEY = "topic-parameters"
 STATISTIC_KEY = "noisy-statistic"
 
+#: Node-config keys a party of ``dplda`` may set for itself (its local step sees ``party.<key>``).
+NODE_OPTIONS: Mapping[str, Option] = {
+    "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
+                          "release over it whatever the server says (0 = the run's dplda.epsilon)", at_least(0)),
+}
+
 #: The options of ``dplda`` (run-config keys ``dplda.<name>``).
 OPTIONS: Mapping[str, Option] = {
     "epsilon": Option(3.0, "whole-run epsilon per document (vocabulary agreement and every round composed)",

@@ -1,0 +1,466 @@
+"""Run ``flwr run .`` offline, on free loopback ports, and fail loudly when the run fails.
+
+``flwr run`` needs a SuperLink, exits 0 even when the run failed, and by default
+lets the SuperLink run ``uv sync`` against the internet. :func:`with_superlink`
+(the ``flower-topics-superlink`` command, :mod:`flower_topics.cli.superlink`) takes care of all three: it starts its
+own SuperLink (simulation engine) on a free port of 127.0.0.1 with its own
+``FLWR_HOME`` and runtime dependency installation disabled, makes it the default
+connection, runs the given ``flwr run .`` command, reads the run's final status with
+``flwr ls``, and stops the SuperLink by its PID (:mod:`flower_topics.simulations.processes`). The same helpers start the
+deployment engine (SuperLink + SuperNodes) in tests.
+
+Before anything starts, the command's ``--run-config`` is read with Flower's own parser
+and checked as the ServerApp would (:func:`check_run_config`): an unknown key, a bad
+value or a missing dataset is one line, ``flower-topics: error: ...``, and exit status 2
+(Flower alone says ``[code: 15] Invalid run configuration.`` or prints a traceback).
+``--connection NAME`` does the same check and the final-status check for a run on an
+existing SuperLink (real hosts, docs/real-hosts.md) and starts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from flower_topics.errors import UserInputError
+from flower_topics.simulations.processes import _sigterm_exits, free_port, stop, wait_for_port
+
+CONNECTION = "flower-topics"
+#: Flower's own start-up lines that ``flwr run --stream`` prints around a run (dropped unless verbose).
+FLOWER_CHATTER = (
+    "Using SuperLink:", "Successfully started run", "Starting logstream for run_id", "Starting Flower Simulation",
+    "default simulated SuperNodes changed", "simulated SuperNodes)", "To change federation size",
+    "flwr federation simulation-config", "Successfully installed ", "FutureWarning: Tip: In future versions of Ray",
+    "warnings.warn(", "Manually terminating ClientAppActor",
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
+_RUN_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+CONNECTION = "flower-topics"
+
+
+#: Flower's own start-up lines that ``flwr run --stream`` prints around a run (dropped unless verbose).
+FLOWER_CHATTER = (
+    "Using SuperLink:", "Successfully started run", "Starting logstream for run_id", "Starting Flower Simulation",
+    "default simulated SuperNodes changed", "simulated SuperNodes)", "To change federation size",
+    "flwr federation simulation-config", "Successfully installed ", "FutureWarning: Tip: In future versions of Ray",
+    "warnings.warn(", "Manually terminating ClientAppActor",
+)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+_INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
+
+
+_RUN_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+def run_config_items(command: Sequence[str]) -> list[str]:
+    """The ``--run-config`` / ``-c`` values of a ``flwr run`` command, in order."""
+    items: list[str] = []
+    for i, arg in enumerate(command):
+        if arg in ("--run-config", "-c") and i + 1 < len(command):
+            items.append(command[i + 1])
+        elif arg.startswith("--run-config="):
+            items.append(arg.split("=", 1)[1])
+    return items
+
+
+def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
+                     local_data: bool = True) -> dict[str, Any]:
+    """Validate the ``--run-config`` of a ``flwr run`` command as the ServerApp would, before submitting it.
+
+    The values are read with Flower's own parser (``flwr.common.config.parse_config_args``,
+    what ``flwr run`` uses), laid over the app's defaults (``[tool.flwr.app.config]`` of
+    ``app_dir/pyproject.toml``, flattened as Flower does) and checked by
+    :func:`~flower_topics.run.config.parse_run_config`. Flower's SuperLink refuses an unknown
+    key with only ``[code: 15] Invalid run configuration.``, and a bad value fails inside
+    the ServerApp after the run started; this names either in one line.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The ``flwr run`` command line.
+    app_dir : str or Path
+        The Flower App's directory (its ``pyproject.toml`` holds the defaults).
+    local_data : bool
+        The parties read the run config's ``dataset`` on this machine (a simulation): check
+        that it exists. Off for a deployment, where each party names its own file.
+
+    Returns
+    -------
+    dict
+        The validated run config, defaults filled in.
+
+    Raises
+    ------
+    UserInputError
+        For a malformed ``--run-config``, an unknown key, a bad value or (``local_data``)
+        a dataset that does not exist; the message is one line.
+    """
+    import click
+    from flwr.common.config import flatten_dict, get_project_config, parse_config_args
+
+    from flower_topics.run.config import parse_run_config
+    from flower_topics.data.embedded import resolve_dataset
+    from flower_topics.data.node_data import SYNTHETIC
+
+    items = run_config_items(command)
+    try:
+        overrides = parse_config_args(items) if items else {}
+    except click.ClickException as exc:
+        raise UserInputError(f"--run-config: {' '.join(exc.format_message().split())} (strings are quoted: "
+                             "dataset='/srv/notes.jsonl')") from None
+    except (ValueError, OSError) as exc:
+        raise UserInputError(f"--run-config: {' '.join(str(exc).split())}") from None
+    try:
+        project = get_project_config(Path(app_dir))
+        defaults = flatten_dict(project.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
+    except Exception:  # no readable app here: `flwr run` reports that itself
+        defaults = {}
+    config = parse_run_config({**defaults, **overrides})
+    dataset = str(config["dataset"])
+    if local_data and dataset != SYNTHETIC and not Path(resolve_dataset(dataset)).expanduser().exists():
+        raise UserInputError(f"dataset {dataset!r} does not exist; pass dataset='embedded', 'synthetic' or the path "
+                             "of an OCTIS folder, .jsonl, .csv or folder of .txt files")
+    return config
+
+
+def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
+           started: list[int] | None = None, quiet: threading.Event | None = None) -> int:
+    """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
+
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``. Once ``quiet``
+    is set, nothing more is printed (the caller knows the run will fail, and says why itself).
+    """
+    process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, bufsize=1)
+    assert process.stdout is not None
+    try:
+        for line in process.stdout:
+            submitted = _RUN_STARTED.search(_ANSI.sub("", line))
+            if submitted and started is not None:
+                started.append(int(submitted.group(1)))
+            if quiet is not None and quiet.is_set():
+                continue
+            if not verbose:
+                line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
+                if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
+                    continue
+            print(line, end="", flush=True)
+        return process.wait()
+    finally:  # left early (interrupted): the command is stopped too, by its PID
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+#: glibc's malloc gives each allocation of at least this many bytes its own memory map, returned to the
+#: system when it is freed. By default the threshold starts at 128 KiB and rises with every such block
+#: freed, up to 32 MiB, after which a round's K x V count arrays and Flower's message buffers come from
+#: the heap and stay resident. Fixed at 4 MiB for Flower's processes (and the Ray workers that serve the
+#: simulated parties, which inherit it): the peak PSS of a 5-party debian_large simulation at K = 100 falls
+#: by about 90 MiB (docs/results.md); at 128 KiB its rounds were 40-60% slower. Every array above it is then a
+#: fresh map faulted in page by page, so hot paths reuse their large arrays (:mod:`flower_topics.numeric.work_arrays`).
+MALLOC_MMAP_THRESHOLD = 4 * 1024 * 1024
+
+
+def flwr_env(flwr_home: Path) -> dict[str, str]:
+    """Environment for offline Flower processes that keep their state in ``flwr_home``.
+
+    ``MALLOC_MMAP_THRESHOLD_`` (glibc) is set to :data:`MALLOC_MMAP_THRESHOLD` unless the caller's
+    environment sets it.
+    """
+    env = dict(os.environ)
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(MALLOC_MMAP_THRESHOLD))
+    # Flower's processes start each other by name (flower-superexec, flwr-serverapp, ...)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["FLWR_HOME"] = str(flwr_home)
+    env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] = "1"
+    env["FLWR_DISABLE_UPDATE_CHECK"] = "1"
+    env["RAY_DISABLE_USAGE_STATS"] = "1"
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def _bin(name: str) -> str:
+    """An executable of this Python environment (Flower's console scripts)."""
+    candidate = Path(sys.executable).with_name(name)
+    return str(candidate) if candidate.exists() else name
+
+
+def write_connection(flwr_home: Path, address: str) -> None:
+    """Write ``FLWR_HOME/config.toml`` with the connection :data:`CONNECTION` as default."""
+    lines = ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]",
+             f'address = "{address}"', "insecure = true"]
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    (flwr_home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def set_num_supernodes(flwr_home: Path, num_supernodes: int) -> None:
+    """Set the number of simulated SuperNodes of the connection's default federation."""
+    subprocess.run(
+        [_bin("flwr"), "federation", "simulation-config", "@none/default", CONNECTION,
+         "--num-supernodes", str(num_supernodes)],
+        env=flwr_env(flwr_home), check=True, capture_output=True, timeout=60,
+    )
+
+
+@contextmanager
+def _listening(cmd: list[str], flwr_home: Path, port: int, log_path: Path) -> Iterator[subprocess.Popen]:
+    """Start ``cmd`` in its own process group, wait until it listens on ``port``, stop it (and what it started)
+    by PID, also when this process gets SIGTERM meanwhile (:func:`_sigterm_exits`)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with _sigterm_exits():
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(cmd, env=flwr_env(flwr_home), stdout=log, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        try:
+            wait_for_port(port, process, timeout=60)
+            yield process
+        finally:
+            stop(process)
+
+
+@contextmanager
+def superlink(flwr_home: Path, *, simulation: bool, log_path: Path) -> Iterator[int]:
+    """Run a SuperLink on a free port of 127.0.0.1; yields the port; stops it by PID."""
+    port = free_port()
+    cmd = [_bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(port),
+           "--disable-runtime-dependency-installation"]
+    if simulation:
+        cmd.append("--simulation")
+    with _listening(cmd, flwr_home, port, log_path):
+        yield port
+
+
+@contextmanager
+def supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_path: Path) -> Iterator[int]:
+    """Run a SuperNode connected to ``127.0.0.1:superlink_port``; yields its PID; stops it.
+
+    Parameters
+    ----------
+    node_config : str
+        The node's ``--node-config``, e.g. ``"partition-id=0 num-partitions=2"``.
+    """
+    port = free_port()
+    cmd = [_bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
+           "--host", "127.0.0.1", "--port", str(port), "--node-config", node_config]
+    with _listening(cmd, flwr_home, port, log_path) as process:
+        yield process.pid
+
+
+def flwr_error(out: subprocess.CompletedProcess) -> str:
+    """The error of a ``flwr ... --format json`` command, on one line (its ``error-message``, else its output)."""
+    try:
+        text = str(json.loads(out.stdout)["error-message"])
+    except (ValueError, KeyError, TypeError):
+        text = f"{out.stdout} {out.stderr}"
+    return " ".join(text.split())
+
+
+def run_status(app_dir: Path, flwr_home: Path, run_id: int, connection: str = CONNECTION) -> str:
+    """The status of a run (e.g. ``finished:completed``) from ``flwr ls``, with its
+    details appended after `` - `` when Flower gives any (the error of a failed run)."""
+    out = subprocess.run(
+        [_bin("flwr"), "ls", connection, "--run-id", str(run_id), "--format", "json"],
+        cwd=app_dir, env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60,
+    )
+    try:
+        run = json.loads(out.stdout)["runs"][0]
+    except (ValueError, KeyError, IndexError):
+        raise RuntimeError(f"cannot read the status of run {run_id}: {flwr_error(out)}") from None
+    details = str(run.get("status-details", "N/A"))
+    return str(run["status"]) + ("" if details in ("", "N/A") else f" - {details}")
+
+
+def submit(app_dir: Path, flwr_home: Path, run_config: Sequence[str]) -> int:
+    """``flwr run . <connection>``; returns the run id."""
+    cmd = [_bin("flwr"), "run", ".", CONNECTION, "--format", "json"]
+    for item in run_config:
+        cmd += ["--run-config", item]
+    out = subprocess.run(cmd, cwd=app_dir, env=flwr_env(flwr_home), capture_output=True, text=True, timeout=300)
+    try:
+        return int(json.loads(out.stdout)["run-id"])
+    except (ValueError, KeyError):
+        raise RuntimeError(f"flwr run failed: {out.stdout}{out.stderr}") from None
+
+
+#: Seconds between two status reads of :func:`wait_for_run`: the first, and the most it grows to (by half each time).
+POLL_FIRST, POLL_MOST = 1.0, 5.0
+
+
+def wait_for_run(app_dir: Path, flwr_home: Path, run_id: int, timeout: float, connection: str = CONNECTION) -> str:
+    """Wait until run ``run_id`` has finished; returns its final status.
+
+    Each read is a ``flwr ls`` process (about 2 s of CPU to start Python and import Flower's CLI), so the pause
+    between reads grows from :data:`POLL_FIRST` to :data:`POLL_MOST` seconds: read every second for minutes,
+    it took about half a core from the run it waits for on a 2-core machine.
+    """
+    deadline = time.monotonic() + timeout
+    pause = POLL_FIRST
+    while True:
+        status = run_status(app_dir, flwr_home, run_id, connection)
+        if status.startswith("finished"):
+            return status
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"run {run_id} did not finish within {timeout:.0f} s")
+        time.sleep(min(pause, left))
+        pause = min(POLL_MOST, pause * 1.5)
+
+
+def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> tuple[int, str] | None:
+    """``(run_id, status)`` of the newest run on the connection, or None."""
+    out = subprocess.run([_bin("flwr"), "ls", connection, "--format", "json"], cwd=app_dir,
+                         env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
+    try:
+        runs = json.loads(out.stdout)["runs"]
+    except (ValueError, KeyError):
+        raise RuntimeError(f"cannot list the runs of connection {connection!r}: {flwr_error(out)}") from None
+    if not runs:
+        return None
+    newest = max(runs, key=lambda r: int(r["run-id"]))
+    return int(newest["run-id"]), str(newest["status"])
+
+
+def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
+                   timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
+                   connection: str | None = None, quiet: threading.Event | None = None) -> int:
+    """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
+
+    Before anything starts, the command's ``--run-config`` is checked
+    (:func:`check_run_config`): a bad one is one line, ``flower-topics: error: ...``, and
+    status 2. Then, by default, a SuperLink (simulation engine) is started on a free port
+    of 127.0.0.1 with ``FLWR_HOME`` = ``$FLWR_HOME`` or ``<app_dir>/.flwr-home`` and runtime
+    dependency installation off, and made the default connection; ``command`` runs with
+    that environment, the run it submitted is awaited, and the SuperLink is stopped by PID.
+    With ``connection`` (real hosts) nothing is started: the command runs against that
+    existing ``flwr`` connection (``$FLWR_HOME``, default ``~/.flwr``) and the run's
+    final status is read from it. Either way the result is non-zero unless the run's final
+    status is ``finished:completed`` (``flwr run`` itself exits 0 even when the run failed).
+
+    Parameters
+    ----------
+    command : sequence of str
+        The command to run, typically ``["flwr", "run", ".", "--stream"]``
+        (with ``connection``: ``["flwr", "run", ".", connection, ...]``).
+    num_supernodes : int
+        Simulated SuperNodes (= partitions); not used with ``connection``.
+    app_dir : str or Path
+        Working directory of the command (the Flower App).
+    timeout : float
+        Seconds to wait for the run to finish after the command returned.
+    verbose : bool
+        Print all of the command's output (by default Flower's start-up chatter is dropped,
+        see :data:`FLOWER_CHATTER`).
+    flwr_home : Path, optional
+        Flower's home (default: ``$FLWR_HOME``, else ``<app_dir>/.flwr-home`` for the private
+        SuperLink and ``~/.flwr`` with ``connection``).
+    connection : str, optional
+        An existing SuperLink connection of ``FLWR_HOME/config.toml`` (a deployment): start
+        nothing, and do not check the run config's ``dataset`` here (each party names its own).
+    quiet : threading.Event, optional
+        Once set (by a caller that knows the run will fail and reports why itself), nothing more of the
+        command's output and no failure line is printed.
+
+    Returns
+    -------
+    int
+        0 when the run completed, else 1 (or the command's own non-zero status); 2, before
+        anything is started, when the command's ``--run-config`` is invalid.
+    """
+    app_dir = Path(app_dir).resolve()
+    try:
+        check_run_config(command, app_dir, local_data=connection is None)
+    except UserInputError as exc:
+        print(f"flower-topics: error: {exc}", file=sys.stderr)
+        return 2
+    verbose = verbose or bool(re.search(r"(^|\s)verbose=true\b", " ".join(command)))
+    if connection is not None:
+        if connection not in command:
+            print(f"flower-topics: error: name the connection in the command too, e.g. flwr run . {connection} "
+                  "--run-config ...", file=sys.stderr)
+            return 2
+        home = Path(flwr_home or os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser().resolve()
+        try:
+            return _run_and_check(command, app_dir, home, connection, timeout, verbose, quiet=quiet)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"flower-topics: error: {exc}", file=sys.stderr)
+            return 1
+    home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
+    with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
+        write_connection(home, f"127.0.0.1:{port}")
+        run_command = with_num_supernodes(command, num_supernodes)
+        if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
+            set_num_supernodes(home, num_supernodes)
+            run_command = list(command)
+        command = run_command
+        if verbose:
+            print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
+                  flush=True)
+        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, quiet=quiet)
+
+
+def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str] | None:
+    """A ``flwr run`` command with ``--federation-config num-supernodes=N`` added (unless one of its own
+    ``--federation-config`` values sets it), or None for a command that is not ``flwr run``.
+
+    Saves the ``flwr federation simulation-config`` process (about 1 s) that sets it on the SuperLink otherwise.
+    """
+    if len(command) < 2 or Path(command[0]).name != "flwr" or command[1] != "run":
+        return None
+    given = [value for flag, value in zip(command, command[1:]) if flag == "--federation-config"]
+    given += [item.split("=", 1)[1] for item in command if item.startswith("--federation-config=")]
+    if any(re.search(r"(^|\s)num-supernodes\s*=", value) for value in given):
+        return list(command)
+    return [*command, "--federation-config", f"num-supernodes={num_supernodes}"]
+
+
+def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection: str, timeout: float,
+                   verbose: bool, *, fresh: bool = False, quiet: threading.Event | None = None) -> int:
+    """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed.
+
+    ``fresh``: the connection is a SuperLink started for this command, which holds no run yet (no ``flwr ls``
+    before it). ``quiet``: see :func:`with_superlink`.
+    """
+    before = None if fresh else latest_run(app_dir, home, connection)
+    started: list[int] = []
+    code = stream(command, app_dir, flwr_env(home), verbose, started, quiet)
+    if code != 0:
+        return code
+    if started:
+        run_id = started[-1]
+    else:  # e.g. --format json: the newest run, if the command added one
+        newest = latest_run(app_dir, home, connection)
+        if newest is None or newest == before:
+            print("flower-topics: the command submitted no run", file=sys.stderr)
+            return 1
+        run_id = newest[0]
+    status = wait_for_run(app_dir, home, run_id, timeout, connection)
+    where = "" if connection == CONNECTION else f" {connection}"
+    if not status.startswith("finished:completed"):
+        if quiet is not None and quiet.is_set():
+            return 1
+        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why "
+              f"(also: flwr log {run_id}{where} --show)", file=sys.stderr)
+        return 1
+    if verbose or connection != CONNECTION:
+        print(f"flower-topics: run {run_id} finished:completed", flush=True)
+    return 0
