@@ -96,7 +96,7 @@ def test_defaults_that_give_poor_topics_say_why_and_which_option_changes_it():
 
     for method, fix in (("pctd", {"pctd.sigma": 0.01}), ("ftm", {"ftm.epsilon": 1e6, "ftm.tau": 0.5}),
                         ("ntm", {"ntm.dp": False})):
-        (note,) = get_method(method).quality_notes(parse_run_config({"method": method}))
+        (note,) = get_method(method).notes(parse_run_config({"method": method}))
         assert all(key in note for key in fix), note
-        assert get_method(method).quality_notes(parse_run_config({"method": method, **fix})) == []
-    assert get_method("lda").quality_notes(parse_run_config({})) == []
+        assert get_method(method).notes(parse_run_config({"method": method, **fix})) == []
+    assert get_method("lda").notes(parse_run_config({})) == []
