@@ -25,6 +25,7 @@ import argparse
 import csv
 from pathlib import Path
 
+from benchmark_data import DATASETS
 from flower_topics.federation.vocabulary_agreement import agree_vocabulary
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.errors import UserInputError
@@ -32,10 +33,10 @@ from flower_topics.run.outputs import read_metrics
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
-CORPORA = {"BBC_News": "../shared/datasets/BBC_News",
-           "debian": "../shared/datasets/debian_descriptions/corpus.jsonl"}
+CORPORA = {"BBC_News": str(DATASETS / "BBC_News"),
+           "debian": str(DATASETS / "debian_descriptions/corpus.jsonl")}
 PRIVATE = [(1.0, 20), (4.0, 20), (4.0, 5), (8.0, 5)]
-FLOOR_CORPORA = {"BBC_News": "../shared/datasets/BBC_News", "debian_large": "../shared/datasets/debian_large/corpus.jsonl"}
+FLOOR_CORPORA = {"BBC_News": str(DATASETS / "BBC_News"), "debian_large": str(DATASETS / "debian_large/corpus.jsonl")}
 
 
 def floors(values: list[int], nodes: int, out: Path) -> None:

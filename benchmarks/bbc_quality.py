@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmark_data import DATASETS
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
@@ -55,7 +56,7 @@ def run_tomotopy(base: dict, seed: int, out: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", default="runs/bbc-quality")
     args = parser.parse_args()

@@ -21,12 +21,13 @@ import numba
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from benchmark_data import DATASETS  # noqa: E402
 from dplda_quality import public_vocabulary, train  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/debian_large/corpus.jsonl")
+    parser.add_argument("--dataset", default=str(DATASETS / "debian_large/corpus.jsonl"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)

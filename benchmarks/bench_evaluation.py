@@ -26,6 +26,7 @@ import scipy.sparse as sp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmark_data import DATASETS  # noqa: E402
 from flower_topics.evaluation import federated as evaluation  # noqa: E402
 from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.node_data import load_node_documents  # noqa: E402
@@ -60,7 +61,7 @@ def timed(function, *args, **kwargs) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default=str(ROOT.parent / "shared" / "datasets" / "debian_large" / "corpus.jsonl"))
+    parser.add_argument("--dataset", default=str(DATASETS / "debian_large" / "corpus.jsonl"))
     parser.add_argument("--parties", type=int, default=5)
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--iterations", type=int, default=100, help="eval-iterations")

@@ -14,13 +14,14 @@ import time
 
 import numpy as np
 
+from benchmark_data import DATASETS
 from flower_topics.data import load_corpus
 from flower_topics.models.fixed_phi import FixedPhiSampler, build_alias_tables
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--topics", type=int, nargs="+", default=[20, 100])
     parser.add_argument("--sweeps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)

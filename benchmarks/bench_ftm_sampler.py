@@ -19,13 +19,14 @@ import time
 
 import numpy as np
 
+from benchmark_data import DATASETS
 from flower_topics.data import load_corpus
 from flower_topics.models.ftm import PrivateMHSampler, expected_noisy_nbytes, privatize_tokens
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--settings", nargs="+", default=["11:0.2", "inf:0.2"], help="eps:tau pairs")
     parser.add_argument("--iterations", type=int, default=3)

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmark_data import DATASETS
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
@@ -139,7 +140,7 @@ def run_library(python: str, kind: str, seed: int, epochs: int, dataset: str, em
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--models", nargs="+", default=["prodlda", "combinedtm"], choices=ntm.MODEL_KINDS)
     parser.add_argument("--norms", nargs="*", default=["batch", "layer"], choices=ntm.NORMS)
     parser.add_argument("--epochs", type=int, default=100)

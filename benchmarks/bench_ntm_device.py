@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
+from benchmark_data import DATASETS
 
 
 def prepare(out: Path, dataset: str, embeddings: bool) -> None:
@@ -93,7 +94,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    p.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     p.add_argument("--no-embeddings", action="store_true", help="counts only (ProdLDA)")
     t = sub.add_parser("time")
     t.add_argument("--data", type=Path, required=True)

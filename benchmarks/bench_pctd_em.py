@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from sklearn.decomposition import LatentDirichletAllocation
 from threadpoolctl import threadpool_limits
 
+from benchmark_data import DATASETS
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.models.pctd import (
@@ -50,7 +51,7 @@ def best_of(repeats: int, fn) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--sigma", type=float, default=0.25)

@@ -49,6 +49,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmark_data import DATASETS  # noqa: E402
 from flower_topics.simulations.processes import process_tree  # noqa: E402
 
 
@@ -136,7 +137,7 @@ def timed(cmd: list[str], extra_env: dict[str, str] | None = None) -> Timing:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--rounds", type=int, default=1000,
                         help="sweeps of ours (rounds x --sweeps-per-round) and tomotopy's iterations")
     parser.add_argument("--sweeps-per-round", type=int, default=1,

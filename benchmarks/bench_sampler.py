@@ -32,6 +32,7 @@ from pathlib import Path
 
 import tomotopy as tp
 
+from benchmark_data import DATASETS
 from flower_topics.data import load_corpus
 from flower_topics.models.lda import CollapsedGibbs, choose_kernel
 
@@ -103,7 +104,7 @@ def measure(corpus, k: int, kernels: list[str], sweeps: int, repeats: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", nargs="+", default=["../shared/datasets/BBC_News"])
+    parser.add_argument("--dataset", nargs="+", default=[str(DATASETS / "BBC_News")])
     parser.add_argument("--topics", type=int, nargs="+", default=[20])
     parser.add_argument("--kernels", nargs="+", default=["auto"], choices=["auto", "dense", "sparse"])
     parser.add_argument("--sweeps", type=int, default=10)

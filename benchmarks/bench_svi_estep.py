@@ -34,6 +34,7 @@ from sklearn.decomposition import LatentDirichletAllocation
 from sklearn.decomposition._online_lda_fast import _dirichlet_expectation_2d
 from threadpoolctl import threadpool_limits
 
+from benchmark_data import DATASETS
 from flower_topics.data import load_corpus
 from flower_topics.data.splits import ensure_split, training_corpus
 from flower_topics.models.svi import document_counts, e_step
@@ -51,7 +52,7 @@ def timed(function, repeats: int) -> tuple[list[float], object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/debian_large/corpus.jsonl")
+    parser.add_argument("--dataset", default=str(DATASETS / "debian_large/corpus.jsonl"))
     parser.add_argument("--topics", type=int, nargs="+", default=[20, 100])
     parser.add_argument("--sample-rate", type=float, default=0.2)
     parser.add_argument("--alpha", type=float, default=0.1)

@@ -35,6 +35,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmark_data import DATASETS  # noqa: E402
 from flower_topics.federation.client_app import make_client_app  # noqa: E402
 from flower_topics.run.outputs import read_metrics  # noqa: E402
 from flower_topics.federation.server_app import run_server  # noqa: E402
@@ -87,7 +88,7 @@ def write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=5, help="FTM global rounds")
     parser.add_argument("--local-iterations", type=int, default=50)

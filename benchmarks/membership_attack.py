@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from benchmark_data import DATASETS
 from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.prepare import load_run_data
@@ -292,7 +293,7 @@ def write_tables(out: Path, rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--out", default="runs/mia-bbc")
     parser.add_argument("--shadows", type=int, default=16, help="models per setting (each attacked with the others)")
     parser.add_argument("--methods", nargs="+", default=["lda"], help="method[:key=v1,v2...] (see the docstring)")

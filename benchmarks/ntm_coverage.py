@@ -82,6 +82,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
+from benchmark_data import DATASETS
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.node_data import simulated_share
@@ -89,7 +90,7 @@ from flower_topics.models.word_similarity import embed_vocabulary
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
-DATASET = str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News")
+DATASET = str(DATASETS / "BBC_News")
 PARTIES = 5
 BATCH = 64
 

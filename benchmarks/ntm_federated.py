@@ -33,12 +33,13 @@ from pathlib import Path
 
 import torch
 
+from benchmark_data import DATASETS
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.run.outputs import read_metrics
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 
-DATASET = str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News")
+DATASET = str(DATASETS / "BBC_News")
 
 
 def run(name: str, out: Path, parties: int, extra: dict, rounds: int) -> dict:

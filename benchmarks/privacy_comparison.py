@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark_data import DATASETS
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
@@ -137,7 +138,7 @@ def paper_cell(report: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", default="../shared/datasets/BBC_News")
+    parser.add_argument("--dataset", default=str(DATASETS / "BBC_News"))
     parser.add_argument("--out", default="runs/privacy-comparison")
     parser.add_argument("--methods", nargs="+", default=[name for name, _, _ in RUNS])
     args = parser.parse_args()

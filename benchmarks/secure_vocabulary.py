@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmark_data import DATASETS
 from flower_topics.federation.vocabulary_agreement import agree_vocabulary
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.run.config import parse_run_config
@@ -28,8 +29,8 @@ from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
 from flower_topics.simulations.inprocess import InProcessGrid
 
-CORPORA = {"BBC_News": "../shared/datasets/BBC_News",
-           "debian_large": "../shared/datasets/debian_large/corpus.jsonl"}
+CORPORA = {"BBC_News": str(DATASETS / "BBC_News"),
+           "debian_large": str(DATASETS / "debian_large/corpus.jsonl")}
 
 
 def coverage(dataset: str, words: set[str]) -> float:

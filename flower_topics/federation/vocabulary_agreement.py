@@ -141,7 +141,8 @@ class Agreement:
 
 
 def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float | None = None) -> Agreement:
-    """Run the agreement stage on ``grid`` for a run config (validated here).
+    """Run the agreement stage on ``grid`` for a run config (a :class:`~flower_topics.run.config.RunConfig`, or a
+    raw one, validated here).
 
     Raises
     ------

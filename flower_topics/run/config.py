@@ -155,8 +155,56 @@ def defaults() -> dict[str, ConfigValue]:
     return {key: opt.default for key, opt in OPTIONS.items()}
 
 
-def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
-    """Validate a run config and fill in the defaults.
+class RunConfig(dict):
+    """A validated run config: every key of :data:`OPTIONS` with a value of its default's type.
+
+    Made only by :func:`parse_run_config`, once, where a run starts (the ServerApp, the launcher, a
+    command); everything below reads it and never parses it again (:func:`parse_run_config` returns a
+    ``RunConfig`` as it is). It is read-only: ``{**config, key: value}`` makes a plain dict to parse
+    anew. The keys every method reads are also typed attributes.
+    """
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a RunConfig is read-only: parse {**config, key: value} for another one")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _read_only  # type: ignore
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, ConfigValue]]]:
+        return RunConfig, (dict(self),)
+
+    @property
+    def method(self) -> str:
+        """The registered method the run trains (``method``)."""
+        return str(self["method"])
+
+    @property
+    def num_topics(self) -> int:
+        """``num-topics``."""
+        return int(self["num-topics"])
+
+    @property
+    def num_rounds(self) -> int:
+        """``num-rounds``."""
+        return int(self["num-rounds"])
+
+    @property
+    def seed(self) -> int:
+        """``seed``: the public seed (node sampling, splits, public initial values; never privacy noise)."""
+        return int(self["seed"])
+
+    @property
+    def output_dir(self) -> str:
+        """``output-dir``."""
+        return str(self["output-dir"])
+
+    @property
+    def dataset(self) -> str:
+        """``dataset``."""
+        return str(self["dataset"])
+
+
+def parse_run_config(raw: Mapping[str, Any]) -> RunConfig:
+    """Validate a run config and fill in the defaults (a :class:`RunConfig` is returned as it is: it is valid).
 
     Parameters
     ----------
@@ -166,7 +214,7 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
 
     Returns
     -------
-    dict
+    RunConfig
         Every key of :data:`OPTIONS`, with a value of the default's type.
 
     Raises
@@ -174,6 +222,8 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
     UserInputError
         For an unknown key or method, a value of the wrong type, or a value out of range.
     """
+    if isinstance(raw, RunConfig):
+        return raw
     unknown = sorted((key for key in raw if key not in OPTIONS), key=str)
     if unknown:
         hints = [f"{_key_text(key)} (did you mean {' or '.join(_close_keys(key))}?)" if _close_keys(key)
@@ -187,7 +237,7 @@ def parse_run_config(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
         config[key] = coerce(key, value, OPTIONS[key])
     _check_consistency(config)
     get_method(str(config["method"])).check(config)
-    return config
+    return RunConfig(config)
 
 
 def _key_text(key: Any) -> str:
