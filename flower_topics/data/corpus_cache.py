@@ -1,8 +1,8 @@
 """On-disk cache of preprocessed corpora, so that the processes of a simulation read a corpus once.
 
 In a simulation every simulated party's share comes from the same corpus file. Read and
-tokenized in every process, a 25 MB JSON-lines corpus costs each of them about 8-10 s and,
-through the Python strings of tokenization, 600-700 MB of resident memory that the process
+tokenized in every process, a corpus costs each of them its whole preprocessing and, through
+the Python strings of tokenization, resident memory many times the file's size that the process
 keeps after it is done. Instead the first process that needs the corpus preprocesses it
 once into a cache file, and every process then memory-maps that file and materializes
 only the documents it needs (:meth:`CachedCorpus.subset`: one party's share).

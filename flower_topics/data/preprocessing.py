@@ -34,8 +34,8 @@ def stopword_list(name: str) -> frozenset[str]:
     """The words of a stopword list (``"english"``: scikit-learn's ``ENGLISH_STOP_WORDS``).
 
     The list is read from scikit-learn's own file (``sklearn/feature_extraction/_stop_words.py``, a module
-    without imports) without importing scikit-learn: importing ``sklearn.feature_extraction.text`` takes about
-    3 s of CPU, and on the deployment engine every message starts a ClientApp process that reads the party's
+    without imports) without importing scikit-learn: importing ``sklearn.feature_extraction.text`` costs
+    seconds of CPU, and on the deployment engine every message starts a ClientApp process that reads the party's
     raw texts again. Where that file is not found (another scikit-learn layout), scikit-learn is imported.
     """
     if name != "english":

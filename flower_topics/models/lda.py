@@ -54,10 +54,7 @@ KERNELS = ("auto", "dense", "sparse")
 #: ``kernel="auto"`` uses the sparse kernel from ``max(SPARSE_MIN_TOPICS,
 #: SPARSE_PER_DOC_LENGTH x mean document length)`` topics on: the sparse kernel's work per
 #: token grows with the topics a document holds (at most its length), the dense kernel's
-#: with K. Measured crossovers with the float32 lane kernel (``benchmarks/bench_sampler.py
-#: --kernels dense sparse``, docs/results.md): dense ahead up to K=300 on M10 (6 tokens a
-#: document), BBC_News (120) and debian_large (40); at K=1000 sparse ahead on debian_large,
-#: level on BBC_News.
+#: with K. The crossover is measured by ``benchmarks/bench_sampler.py --kernels dense sparse``.
 SPARSE_MIN_TOPICS = 500
 SPARSE_PER_DOC_LENGTH = 8.0
 
@@ -93,9 +90,8 @@ def _prefetch(typingctx, array, index):  # pragma: no cover - numba
 
 #: Lanes of the dense kernel: topic j is in lane ``j % lanes``, and a token's probabilities
 #: are summed per lane (one SIMD vector of float32: 8 for AVX2), so that the sums vectorize.
-#: Up to ``_FEW_TOPICS`` topics 4 lanes pad less and search fewer lane sums (measured faster
-#: at K=20 on BBC_News, slower at K=100; docs/results.md), and K is a compile-time constant
-#: (:func:`_dense_kernel_for`).
+#: Up to ``_FEW_TOPICS`` topics 4 lanes pad less and search fewer lane sums, and K is a
+#: compile-time constant (:func:`_dense_kernel_for`); ``benchmarks/bench_sampler.py`` measures both.
 _LANES = 8
 _FEW_TOPICS = 32
 
@@ -138,7 +134,7 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
         that refill them are off the path to the next draw. The document's factor
         ``(n_dk + alpha) / (n_k + V beta)`` is kept per topic too (``weight``): made in full
         when the document changes, and for the token's old and new topic at each move, so
-        that a token's loop over topics reads one row of counts, not two (4% faster at K=20).
+        that a token's loop over topics reads one row of counts, not two.
         """
         n_topics = topics if topics else nk.shape[0]
         width = (n_topics + lanes - 1) // lanes * lanes
@@ -215,8 +211,8 @@ _DENSE_KERNEL_ANY_K = _make_dense_kernel(_LANES)
 @functools.cache
 def _dense_kernel_for(n_topics: int) -> Callable[..., None]:
     """The dense kernel for K topics: up to ``_FEW_TOPICS``, 4 lanes and K fixed at compile time (its loops
-    unrolled: 15% faster at K=20 on BBC_News, none at K=50 and 4% slower at K=300, docs/results.md), about
-    0.5 s to compile once per K (then loaded from numba's cache); above, ``_LANES`` lanes for any K."""
+    unrolled), compiled once per K and then loaded from numba's cache; above, ``_LANES`` lanes for any K
+    (unrolling does not pay there: ``benchmarks/bench_sampler.py``)."""
     return _make_dense_kernel(4, n_topics) if n_topics <= _FEW_TOPICS else _DENSE_KERNEL_ANY_K
 
 
@@ -242,7 +238,7 @@ def word_topic_buffer(n_words: int, n_topics: int) -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _topic_totals(wk):  # pragma: no cover - numba
     """``n_k`` (int64) of the word-major counts ``wk`` (V x K): one pass (numpy's ``sum(axis=0)`` of int32 into
-    int64 takes 7x as long)."""
+    int64 converts and strides)."""
     nk = np.zeros(wk.shape[1], np.int64)
     for w in range(wk.shape[0]):
         for k in range(wk.shape[1]):
@@ -663,7 +659,7 @@ class CollapsedGibbs:
             else:
                 tokens, doc_ids, z = corpus.tokens[positions], self._doc_ids[positions], self.z[positions]
             if self._uniforms is None or self._uniforms.shape[0] != tokens.shape[0]:
-                self._uniforms = np.empty(tokens.shape[0], dtype=np.float32)  # kept: a fresh one cost 0.25 ms a call on BBC
+                self._uniforms = np.empty(tokens.shape[0], dtype=np.float32)  # kept from call to call
             uniforms = self._uniforms
             for _ in range(n_sweeps):
                 self.rng.random(out=uniforms, dtype=np.float32)

@@ -8,8 +8,7 @@ into a block (zero rows pad it to a multiple of 4) that every iteration reuses, 
 work on four words at a time: four independent sums over topics, then one pass over the topics
 adding the four words. The sums over topics may be reassociated (numba ``fastmath`` reassoc and
 contract only: NaN, infinities and signed zeros keep their IEEE meaning), which vectorizes them.
-About 2x the speed of one word at a time at K = 100 and 300, 1.2x at K = 20
-(``benchmarks/bench_evaluation.py``).
+``benchmarks/bench_evaluation.py`` measures it against one word at a time.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from numba import njit
 def longest_document(indptr: np.ndarray) -> int:  # pragma: no cover - compiled
     """The most words a document of ``indptr`` (a CSR row pointer) has: a block of ``longest + 3`` rows and a
     weight buffer of as many hold any of them with its padding. (The kernels allocate them themselves: arrays
-    made in the kernel vectorize better than arrays returned from a call, 4% at K = 20.)"""
+    made in the kernel vectorize better than arrays returned from a call.)"""
     longest = 0
     for d in range(indptr.size - 1):
         longest = max(longest, indptr[d + 1] - indptr[d])

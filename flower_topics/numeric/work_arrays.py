@@ -3,9 +3,8 @@
 Flower's processes run with glibc's ``MALLOC_MMAP_THRESHOLD_`` fixed at 4 MiB
 (:data:`flower_topics.simulations.local_superlink.MALLOC_MMAP_THRESHOLD`, which keeps freed memory from piling up
 in the heap), so every array above it is a fresh ``mmap``: its pages are faulted in and zeroed
-by the kernel at first touch and unmapped when it is freed. An ``lda`` round at K = 100 on a
-fifth of debian_large made five such ``K x V`` int32 arrays (10 MB each) per party, which cost
-0.1 s of a 0.36 s round of 5 parties (0.25 s with the heap's default behaviour). A hot path
+by the kernel at first touch and unmapped when it is freed, at every call of a hot path that
+makes ``K x V`` arrays (an ``lda`` round makes several per party). A hot path
 instead asks :func:`array` for its work arrays by name: the same memory is handed back at the
 next call with the same name, shape and dtype in the same thread.
 

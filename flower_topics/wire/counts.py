@@ -139,7 +139,7 @@ def _nonzero(flat: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
 def _nonzero_cells(flat, index, values):  # pragma: no cover - compiled
     """Write the flat indices and values of ``flat``'s nonzero entries, in order, into ``index`` and ``values``
     (each one entry longer than the number of them). Without a branch: every entry is written at the next free
-    slot, which moves on only past a nonzero one (3.6-4.6x numpy's flatnonzero and gather at 4-30% density)."""
+    slot, which moves on only past a nonzero one (no branch to mispredict, unlike numpy's flatnonzero and gather)."""
     j = 0
     for i in range(flat.size):
         x = flat[i]
