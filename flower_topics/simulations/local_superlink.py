@@ -46,27 +46,6 @@ _INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
 _RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 
 
-CONNECTION = "flower-topics"
-
-
-#: Flower's own start-up lines that ``flwr run --stream`` prints around a run (dropped unless verbose).
-FLOWER_CHATTER = (
-    "Using SuperLink:", "Successfully started run", "Starting logstream for run_id", "Starting Flower Simulation",
-    "default simulated SuperNodes changed", "simulated SuperNodes)", "To change federation size",
-    "flwr federation simulation-config", "Successfully installed ", "FutureWarning: Tip: In future versions of Ray",
-    "warnings.warn(", "Manually terminating ClientAppActor",
-)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-_INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
-
-
-_RUN_STARTED = re.compile(r"Successfully started run (\d+)")
-
-
 def run_config_items(command: Sequence[str]) -> list[str]:
     """The ``--run-config`` / ``-c`` values of a ``flwr run`` command, in order."""
     items: list[str] = []
