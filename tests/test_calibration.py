@@ -1,8 +1,8 @@
-"""The one noise calibration every accountant uses (privacy/calibration.py)."""
+"""The one noise calibration every accountant uses (privacy/accountants/calibration.py)."""
 
 import pytest
 
-from flower_topics.privacy.calibration import smallest_noise
+from flower_topics.privacy.accountants.calibration import smallest_noise
 
 
 @pytest.mark.parametrize("target", [0.01, 0.7, 1.5, 40.0])

@@ -218,7 +218,8 @@ def test_ntm_without_dp_has_none_and_with_dp_the_training_epsilon_only_when_eval
 
 
 def test_dplda_reports_its_whole_run_figure_as_the_document_figure():
-    from flower_topics.privacy.accountant import Budget, rounds_epsilon
+    from flower_topics.privacy.accountants import Budget
+    from tests.accounting import pld_epsilon as rounds_epsilon
 
     as_server()
     settings = DPLDASettings(n_topics=2, alpha=0.1, sample_rate=0.5, clip=1.0, noise_multiplier=2.0, epsilon=3.0,

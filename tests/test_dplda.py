@@ -16,7 +16,9 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
-from flower_topics.privacy.accountant import Budget, noise_multiplier, releases_epsilon, rounds_epsilon
+from flower_topics.privacy.accountants import Budget
+from tests.accounting import pld_epsilon as rounds_epsilon, pld_noise as noise_multiplier
+from tests.accounting import pld_releases_epsilon as releases_epsilon
 from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings
 
 
@@ -206,7 +208,8 @@ def test_the_cached_composition_equals_dp_accountings_own_accountant_exactly():
     import dp_accounting
     from dp_accounting import pld
 
-    from flower_topics.privacy.accountant import VALUE_DISCRETIZATION, _round_event
+    from flower_topics.privacy.accountants.pld import VALUE_DISCRETIZATION
+    from tests.accounting import round_event as _round_event
 
     releases = np.array([[1.3, 0.2]] * 7 + [[0.8, 0.05]] * 30 + [[4.0, 0.5]] * 2)
     fresh = pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
@@ -260,7 +263,7 @@ def test_a_server_that_changes_the_noise_mid_run_is_accounted_release_by_release
 
 
 def test_a_run_composing_one_more_release_a_round_gets_the_self_composed_epsilon():
-    from flower_topics.privacy import accountant
+    from flower_topics.privacy.accountants import pld as accountant
 
     for sigma, rate in ((2.06, 0.2), (0.9, 0.05)):
         interval = accountant.VALUE_DISCRETIZATION * max(1.0, sigma ** -2)

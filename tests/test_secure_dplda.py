@@ -14,7 +14,8 @@ from flower_topics.clients import dplda as client
 from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
-from flower_topics.privacy import accountant, skellam as skellam_dp
+from flower_topics.privacy import skellam as skellam_dp
+from tests import accounting
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings
 from tests.test_dplda import _corpus, _exceedance
@@ -44,16 +45,16 @@ def test_subsampled_skellam_is_the_gaussian_at_fine_quanta_and_costlier_at_coars
 
     for sigma, q, rounds in ((1.0, 0.2, 40), (2.0, 0.05, 300), (0.8, 1.0, 3)):
         gaussian_rdp = rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-        gaussian_rdp.compose(accountant._round_event(sigma, q), rounds)
+        gaussian_rdp.compose(accounting.round_event(sigma, q), rounds)
         gaussian = gaussian_rdp.get_epsilon(1e-5)
-        fine = skellam_dp.rounds_epsilon(sigma, q, rounds, 1e-5, 512.0)
-        coarse = skellam_dp.rounds_epsilon(sigma, q, rounds, 1e-5, 2.0)
+        fine = accounting.skellam_epsilon(sigma, q, rounds, 1e-5, 512.0)
+        coarse = accounting.skellam_epsilon(sigma, q, rounds, 1e-5, 2.0)
         assert gaussian * 0.99 <= fine <= gaussian * 1.05
         assert coarse > fine  # coarse units pay the discretization term
-        assert accountant.rounds_epsilon(sigma, q, rounds, 1e-5) < fine
-    sigma = skellam_dp.noise_multiplier(3.0, 1e-5, 0.2, 40, 512.0)
-    assert skellam_dp.rounds_epsilon(sigma, 0.2, 40, 1e-5, 512.0) <= 3.0
-    assert skellam_dp.rounds_epsilon(sigma * 0.99, 0.2, 40, 1e-5, 512.0) > 3.0
+        assert accounting.pld_epsilon(sigma, q, rounds, 1e-5) < fine
+    sigma = accounting.skellam_noise_multiplier(3.0, 1e-5, 0.2, 40, 512.0)
+    assert accounting.skellam_epsilon(sigma, 0.2, 40, 1e-5, 512.0) <= 3.0
+    assert accounting.skellam_epsilon(sigma * 0.99, 0.2, 40, 1e-5, 512.0) > 3.0
 
 
 def test_the_surviving_shares_sum_to_the_central_skellam_noise():
@@ -91,7 +92,7 @@ def _violations(settings: DPLDASettings, release_settings: DPLDASettings, n: int
 
     with_doc, without = project(one, 11), project(empty, 12)
     delta = 1e-3
-    eps = skellam_dp.rounds_epsilon(settings.noise_multiplier, settings.sample_rate, 1, delta,
+    eps = accounting.skellam_epsilon(settings.noise_multiplier, settings.sample_rate, 1, delta,
                                     settings.sensitivity_units)
     thresholds = np.quantile(np.concatenate([with_doc, without]), np.linspace(0.5, 0.995, 40))
     lo1, up1 = _exceedance(with_doc, thresholds, 0.999)

@@ -28,7 +28,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.methods import get_method
 from flower_topics.models.ntm import weighted_average
-from flower_topics.models.ntm_federated import rdp_epsilon, rdp_of_step
+from tests.accounting import epsilon
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
@@ -258,7 +258,7 @@ def test_with_dp_the_server_runs_the_parties_accountant_at_the_largest_sample_ra
 
     def keeping_state(corpus, weights, state, **kwargs):
         out = TRAIN_ROUND(corpus, weights, state, **kwargs)
-        states.setdefault(kwargs["server_round"], []).append(state.rdp.copy())
+        states.setdefault(kwargs["server_round"], []).append(state.epsilon(1e-5))
         return out
 
     monkeypatch.setattr(client, "train_round", keeping_state)
@@ -266,11 +266,11 @@ def test_with_dp_the_server_runs_the_parties_accountant_at_the_largest_sample_ra
     report = model.metadata["privacy"]
     q = 8 / 12
     assert report["sample_rate"] == pytest.approx(q) and report["rounds"] == 2
-    assert report["epsilon"] == pytest.approx(rdp_epsilon(2 * rdp_of_step(q, 1.3), 1e-5), rel=1e-12)
-    assert report["epsilon_round"] == pytest.approx(rdp_epsilon(rdp_of_step(q, 1.3), 1e-5), rel=1e-12)
+    assert report["epsilon"] == pytest.approx(epsilon("rdp", 1.3, q, 2, 1e-5), rel=1e-12)
+    assert report["epsilon_round"] == pytest.approx(epsilon("rdp", 1.3, q, 1, 1e-5), rel=1e-12)
     assert "no party's epsilon" in report["secure_aggregation"]
     # the bound holds for every party: each party's own accountant (its q = 8 / D_l <= q) says no more
-    own = [rdp_epsilon(rdp, 1e-5) for rdp in states[2]]
+    own = states[2]
     assert len(own) == 3 and all(0 < e <= report["epsilon"] for e in own)
 
 
@@ -304,4 +304,4 @@ def test_a_resumed_secure_dp_run_accounts_every_round_sent_including_the_lost_on
     model = run_server(crashing_grid(config), {**config, "resume": str(tmp_path / "run")})
     report = model.metadata["privacy"]
     assert report["rounds"] == 5 and report["sample_rate"] == 1.0  # ntm.min-documents 0: no amplification
-    assert report["epsilon"] == pytest.approx(rdp_epsilon(5 * rdp_of_step(1.0, 1.0), 1e-5), rel=1e-12)
+    assert report["epsilon"] == pytest.approx(epsilon("rdp", 1.0, 1.0, 5, 1e-5), rel=1e-12)

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 
 from flower_topics.errors import UserInputError
 from flower_topics.privacy import secure_vocabulary, skellam
+from tests import accounting
 from tests.test_dplda import _exceedance
 
 
@@ -60,7 +61,7 @@ def test_a_release_respects_its_bound_and_a_weaker_noise_fails_the_check():
         rng = np.random.default_rng(5)
         with_doc = (counts + skellam.skellam_noise((n, 6), variance, rng)) @ direction
         without = skellam.skellam_noise((n, 6), variance, rng) @ direction
-        bound = skellam.rounds_epsilon(math.sqrt(variance / max_words), 1.0, 1, delta, math.sqrt(max_words))
+        bound = accounting.skellam_epsilon(math.sqrt(variance / max_words), 1.0, 1, delta, math.sqrt(max_words))
         assert bound <= eps * 1.0001 or variance < reference
         thresholds = np.quantile(np.concatenate([with_doc, without]), np.linspace(0.5, 0.995, 40))
         lo1, _ = _exceedance(with_doc, thresholds, 0.999)

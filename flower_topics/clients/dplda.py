@@ -41,9 +41,7 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
-from flower_topics.privacy.accountant import releases_epsilon, rounds_epsilon
 from flower_topics.privacy.guard import within_budget
-from flower_topics.privacy.skellam import rounds_epsilon as skellam_epsilon
 from flower_topics.privacy.skellam import skellam_noise
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire import dplda as wire
@@ -144,15 +142,15 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
     composed with what its vocabulary release spent, when that is over ``cap``; else None."""
     limit, delta = cap * (1.0 + 1e-9), settings.delta - before_delta
     if not settings.secure and np.any(releases != releases[-1]):  # a server that changed the noise mid-run
-        spent = before_eps + releases_epsilon(releases, delta)  # every release composed as it was made
+        accountant = wire.accountant(settings)
+        accountant.spend(before_eps, before_delta)
+        for sigma, rate in releases:  # every release composed as it was made
+            accountant.step(noise_multiplier=sigma, sample_rate=rate)
+        spent = accountant.get_epsilon(settings.delta)
         return spent if spent > limit else None
-    sigma, rate, units = settings.noise_multiplier, settings.sample_rate, settings.sensitivity_units
-    if settings.secure:  # one run has one (sigma, q): its releases are self-composed Skellam events
-        kind: tuple = ("skellam", sigma, rate, delta, units)
-        epsilon_of = lambda n: skellam_epsilon(sigma, rate, n, delta, units)  # noqa: E731
-    else:  # one (sigma, q) throughout
-        kind = ("gaussian", sigma, rate, delta)
-        epsilon_of = lambda n: rounds_epsilon(sigma, rate, n, delta)  # noqa: E731
+    # one run has one (sigma, q): its releases are one self-composed event
+    kind = (settings.secure, settings.noise_multiplier, settings.sample_rate, delta, settings.sensitivity_units)
+    epsilon_of = lambda n: wire.rounds_epsilon(settings, n, delta)  # noqa: E731
     if within_budget(epsilon_of, len(releases), limit - before_eps, kind=kind):
         return None  # known without a new epsilon (privacy/guard.py)
     spent = before_eps + epsilon_of(len(releases))

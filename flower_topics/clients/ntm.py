@@ -38,7 +38,7 @@ benchmarks do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -57,7 +57,8 @@ from flower_topics.models.ntm import (
     n_parameters,
     unflatten_parameters,
 )
-from flower_topics.models.ntm_federated import batch_tensors, build_model, dp_gradient, rdp_epsilon, rdp_of_step
+from flower_topics.models.ntm_federated import batch_tensors, build_model, dp_gradient
+from flower_topics.privacy.accountants import RDPAccountant
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import ntm as wire
@@ -72,15 +73,22 @@ class NTMClientState:
 
     Parameters
     ----------
-    rdp : np.ndarray or None
-        Renyi DP spent so far at every order of :data:`flower_topics.privacy.gaussian.DEFAULT_ORDERS`
-        (the sum over its DP-SGD steps); None before its first DP step.
+    releases : np.ndarray
+        ``n x 2``: the noise multiplier and sample rate of each DP-SGD step it took, in order (each a
+        Poisson-subsampled Gaussian release, composed by the ``"rdp"`` accountant, Opacus).
     dp_steps : int
         DP-SGD steps taken so far.
     """
 
-    rdp: np.ndarray | None = None
+    releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     dp_steps: int = 0
+
+    def epsilon(self, delta: float) -> float:
+        """Epsilon at ``delta`` of every DP-SGD step taken (its RDP curves added in order)."""
+        accountant = RDPAccountant()
+        for sigma, rate in self.releases:
+            accountant.step(noise_multiplier=sigma, sample_rate=rate)
+        return accountant.get_epsilon(delta)
 
 
 def document_texts(corpus: Corpus) -> list[str]:
@@ -189,8 +197,8 @@ def train_round(corpus: Corpus, weights: np.ndarray, state: NTMClientState, *, s
                                          noise_multiplier=settings.noise_multiplier,
                                          expected_batch=sample_rate(corpus.n_docs, settings) * corpus.n_docs,
                                          generator=generator)
-            step_rdp = rdp_of_step(sample_rate(corpus.n_docs, settings), settings.noise_multiplier)
-            state.rdp = step_rdp if state.rdp is None else state.rdp + step_rdp
+            step = [float(settings.noise_multiplier), float(sample_rate(corpus.n_docs, settings))]
+            state.releases = np.vstack([state.releases, [step]])
             state.dp_steps += 1
         else:
             loss, gradient = batch_gradient(model, x, e, noise=noise)
@@ -207,7 +215,7 @@ def train_round(corpus: Corpus, weights: np.ndarray, state: NTMClientState, *, s
         row = flatten_parameters(model, np.float32)
         metrics["num-documents"] = corpus.n_docs
     if settings.dp:
-        metrics["epsilon"] = rdp_epsilon(state.rdp, settings.dp_delta)
+        metrics["epsilon"] = state.epsilon(settings.dp_delta)
     else:
         metrics["loss"] = float(np.mean(losses))
     return np.asarray(row, dtype=np.float32).reshape(1, -1), metrics

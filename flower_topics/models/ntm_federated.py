@@ -11,7 +11,7 @@ secret generator, and the sum is divided by the *expected* batch size ``q D_l`` 
 convention: the divisor is public, the actual sample size is not released). The result
 replaces ``G_l`` of eq. (2) (``sync="minibatch"``) or drives one local optimizer step
 (``sync="local"``). Each step is one subsampled Gaussian mechanism on the party's
-documents, composed in RDP: :func:`rdp_of_step` and :func:`rdp_epsilon`.
+documents, composed in RDP by the party's ``"rdp"`` accountant (:mod:`flower_topics.privacy.accountants`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from flower_topics.models.ntm import ForwardNoise, NeuralTopicModel, as_tensor, n_parameters, trainable_parameters
-from flower_topics.privacy.gaussian import DEFAULT_ORDERS
 
 
 def build_model(vocab_size: int, n_topics: int, kind: str, *, embedding_size: int = 0,
@@ -87,25 +86,6 @@ def dp_gradient(model: NeuralTopicModel, bow: torch.Tensor, emb: torch.Tensor | 
     gaussian = torch.normal(0.0, noise_multiplier * max_grad_norm, size=total.shape, generator=generator,
                             dtype=torch.float64)
     return loss, ((total + gaussian) / expected_batch).numpy().astype(np.float32)
-
-
-def rdp_of_step(sample_rate: float, noise_multiplier: float,
-                orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
-    """Renyi DP, at every order, of one subsampled Gaussian step (Opacus' ``compute_rdp``, steps=1)."""
-    from opacus.accountants.analysis.rdp import compute_rdp
-
-    return np.asarray(compute_rdp(q=float(sample_rate), noise_multiplier=float(noise_multiplier), steps=1,
-                                  orders=list(orders)), dtype=np.float64)
-
-
-def rdp_epsilon(rdp: np.ndarray, delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
-    """epsilon at ``delta`` of an accumulated RDP curve (Opacus' ``get_privacy_spent``)."""
-    from opacus.accountants.analysis.rdp import get_privacy_spent
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "optimal order is the largest alpha"
-        eps, _ = get_privacy_spent(orders=list(orders), rdp=np.asarray(rdp), delta=float(delta))
-    return float(eps)
 
 
 def batch_tensors(bow, emb: np.ndarray | None, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -39,23 +39,13 @@ the later chunks of its document. The accountant takes the noise multiplier
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
-from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from flower_topics.privacy.calibration import smallest_noise
+from flower_topics.privacy.accountants import DEFAULT_ORDERS, RDPAccountant, get_noise_multiplier
 from flower_topics.privacy.composition import PrivacySpent
 
-#: RDP orders: Opacus's RDPAccountant.DEFAULT_ALPHAS, refined near 1 and extended upwards.
-DEFAULT_ORDERS: tuple[float, ...] = tuple(
-    [1.0 + x / 100.0 for x in range(1, 10)]
-    + [1.0 + x / 10.0 for x in range(1, 100)]
-    + list(range(12, 64))
-    + [64, 80, 96, 128, 192, 256, 384, 512, 768, 1024, 2048, 4096]
-)
-
-ACCOUNTANT = "RDP (opacus), Gaussian mechanism, sample rate 1"
+ACCOUNTANT = f"{RDPAccountant.description}, sample rate 1"
 
 
 def _check(noise_multiplier: float, rounds: int, delta: float) -> None:
@@ -69,15 +59,12 @@ def _check(noise_multiplier: float, rounds: int, delta: float) -> None:
 
 def gaussian_epsilon_and_order(noise_multiplier: float, rounds: int, delta: float,
                                orders: tuple[float, ...] = DEFAULT_ORDERS) -> tuple[float, float]:
-    """``(eps, optimal RDP order)`` after ``rounds`` Gaussian releases (sensitivity 1, q = 1), via Opacus."""
+    """``(eps, optimal RDP order)`` after ``rounds`` Gaussian releases (sensitivity 1, q = 1): the ``"rdp"``
+    accountant (Opacus); ``(0.0, nan)`` after none."""
     _check(noise_multiplier, rounds, delta)
-    if rounds == 0:
-        return 0.0, float("nan")
-    rdp = compute_rdp(q=1.0, noise_multiplier=noise_multiplier, steps=int(rounds), orders=list(orders))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "optimal order is the smallest/largest alpha"
-        eps, order = get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
-    return float(eps), float(order)
+    accountant = RDPAccountant(orders)
+    accountant.step(noise_multiplier=noise_multiplier, sample_rate=1.0, steps=int(rounds))
+    return accountant.get_privacy_spent(delta)
 
 
 def gaussian_epsilon(noise_multiplier: float, rounds: int, delta: float,
@@ -107,6 +94,8 @@ def gaussian_epsilon_series(noise_multiplier: float, rounds: int, delta: float,
                             orders: tuple[float, ...] = DEFAULT_ORDERS) -> np.ndarray:
     """``eps`` after each of rounds ``1 .. rounds`` (per-round privacy report), shape ``(rounds,)``."""
     _check(noise_multiplier, rounds, delta)
+    from opacus.accountants.analysis.rdp import compute_rdp
+
     per_round = np.asarray(compute_rdp(q=1.0, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)))
     alphas = np.asarray(orders, dtype=np.float64)
     t = np.arange(1, int(rounds) + 1, dtype=np.float64)[:, None]
@@ -118,22 +107,19 @@ def gaussian_epsilon_series(noise_multiplier: float, rounds: int, delta: float,
 def gaussian_sigma_for_epsilon(target_epsilon: float, rounds: int, delta: float,
                                orders: tuple[float, ...] = DEFAULT_ORDERS, rel_tol: float = 1e-6) -> float:
     """Smallest ``sigma`` whose :func:`gaussian_epsilon` over ``rounds`` is at most ``target_epsilon``
-    (:func:`~flower_topics.privacy.calibration.smallest_noise`).
+    with the ``"rdp"`` accountant.
 
     The result ``s`` satisfies ``eps(s) <= target_epsilon`` and ``eps(s / (1 + rel_tol)) > target_epsilon``
-    up to the bisection tolerance.
+    up to the bisection tolerance (:func:`~flower_topics.privacy.accountants.calibration.get_noise_multiplier`).
+
+    Raises
+    ------
+    UserInputError
+        When ``target_epsilon <= 0``, ``rounds < 1`` or no sigma reaches the target.
     """
-    if not target_epsilon > 0 or rounds < 1:
-        raise ValueError("target_epsilon must be > 0 and rounds >= 1")
     _check(1.0, rounds, delta)
-
-    def eps(sigma: float) -> float:
-        return gaussian_epsilon_and_order(sigma, rounds, delta, orders)[0]
-
-    sigma = smallest_noise(eps, target_epsilon, ceiling=1e8, floor=1e-12, precision=rel_tol)
-    if sigma is None:
-        raise ValueError("target epsilon not reachable with the given orders")
-    return sigma
+    return get_noise_multiplier("rdp", target_epsilon=target_epsilon, target_delta=delta, sample_rate=1.0,
+                                steps=rounds, precision=rel_tol, orders=orders)
 
 
 def moments_accountant_epsilon(noise_multiplier: float, rounds: int, delta: float,

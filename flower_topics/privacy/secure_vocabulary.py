@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from flower_topics.errors import UserInputError
-from flower_topics.privacy import skellam
+from flower_topics.privacy.accountants import SkellamAccountant, get_noise_multiplier
 from flower_topics.privacy.set_union import bound_contributions
 
 
@@ -62,9 +62,12 @@ def public_candidates(path: str = "") -> tuple[str, ...]:
     return unique
 
 
+@functools.lru_cache(maxsize=256)
 def noise_multiplier(epsilon: float, delta: float, max_words: int) -> float:
-    """``sigma``: the central Skellam noise has variance ``(sigma sqrt(Delta_0))^2`` per candidate."""
-    return skellam.noise_multiplier(epsilon, delta, 1.0, 1, math.sqrt(max_words))
+    """``sigma``: the central Skellam noise has variance ``(sigma sqrt(Delta_0))^2`` per candidate (the least that
+    spends (eps, delta) in one release, the ``"skellam"`` accountant)."""
+    return get_noise_multiplier("skellam", target_epsilon=epsilon, target_delta=delta, sample_rate=1.0, steps=1,
+                                sensitivity=math.sqrt(max_words))
 
 
 def noise_variance(epsilon: float, delta: float, max_words: int) -> float:
@@ -126,7 +129,7 @@ def privacy_summary(epsilon: float, delta: float, max_words: int, candidates: in
         "mechanism": (f"distributed Skellam on document frequencies over {candidates} public candidates, summed by "
                       f"secure aggregation, one central cut (sigma {sigma:.4g}, Delta_0 {max_words})"),
         "unit": "document",
-        "accountant": skellam.ACCOUNTANT,
+        "accountant": SkellamAccountant.description,
         "rounds": 1,
         "epsilon_round": float(epsilon),
         "delta_round": float(delta),

@@ -25,7 +25,7 @@ per k-means cluster of the vocabulary's word embeddings (``init='embedding'``, t
 all-MiniLM-L6-v2; no document enters it) or random (``init='random'``, Gamma(100, 1/100) as
 Hoffman et al.), both from the run seed.
 
-Privacy (:mod:`flower_topics.privacy.accountant`). The user sets the whole run's target
+Privacy (:mod:`flower_topics.privacy.accountants`: the ``"pld"`` or ``"skellam"`` accountant). The user sets the whole run's target
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
 spending is subtracted (basic composition) and the noise multiplier ``sigma`` is the
 smallest whose ``num-rounds`` Poisson-subsampled Gaussian releases spend the rest (PLD,
@@ -42,8 +42,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from flower_topics.models import svi
-from flower_topics.privacy.accountant import ACCOUNTANT, Budget
-from flower_topics.privacy.skellam import ACCOUNTANT as SKELLAM_ACCOUNTANT
+from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAccountant
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import dplda as wire
@@ -227,7 +226,7 @@ class DPLDA(TopicStrategy):
         return PrivacyReport(
             mechanism=f"{mechanism}, sigma {sigma:.4g}, q {q:g}, C {self.dplda.clip:g}",
             unit="document",
-            accountant=ACCOUNTANT if self.secure is None else SKELLAM_ACCOUNTANT,
+            accountant=PLDAccountant.description if self.secure is None else SkellamAccountant.description,
             rounds=rounds,
             epsilon_round=wire.rounds_epsilon(self.dplda, 1, delta_rounds),
             delta_round=delta_rounds,

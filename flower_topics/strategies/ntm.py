@@ -68,7 +68,8 @@ from flower_topics.models.ntm import (
     unflatten_parameters,
     weighted_average,
 )
-from flower_topics.models.ntm_federated import build_model, rdp_epsilon, rdp_of_step
+from flower_topics.models.ntm_federated import build_model
+from flower_topics.privacy.accountants import RDPAccountant
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ntm as wire
@@ -371,6 +372,12 @@ class NTM(TopicStrategy):
                      "dp_steps_per_round": steps, "parties_reporting": len(self.party_epsilon),
                      "training_document_epsilon": epsilon})
 
+    def _epsilon(self, sample_rate: float, steps: int) -> float:
+        """Epsilon at ``dp-delta`` of ``steps`` DP-SGD steps at ``sample_rate`` (the parties' ``"rdp"`` accountant)."""
+        accountant = RDPAccountant()
+        accountant.step(noise_multiplier=self.ntm.noise_multiplier, sample_rate=sample_rate, steps=steps)
+        return accountant.get_epsilon(self.ntm.dp_delta)
+
     def _secure_privacy_report(self, rounds: int, steps: int) -> PrivacyReport:
         """With DP under secure aggregation: the parties' RDP accountant, run by the server.
 
@@ -381,8 +388,7 @@ class NTM(TopicStrategy):
         epsilon every party's own accountant reaches (a party with fewer documents refused).
         """
         q = self.ntm.secure_sample_rate()
-        step = rdp_of_step(q, self.ntm.noise_multiplier)
-        epsilon = rdp_epsilon(rounds * steps * step, self.ntm.dp_delta) if rounds else 0.0
+        epsilon = self._epsilon(q, rounds * steps) if rounds else 0.0
         document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
                                         document_guarantee=SECURE_DOCUMENT_GUARANTEE)
         evaluation = self.unaccounted_evaluation()
@@ -392,7 +398,7 @@ class NTM(TopicStrategy):
         return PrivacyReport(
             mechanism="gaussian (DP-SGD)", unit="document", accountant="RDP (opacus), run by the server at the "
             "largest sample rate a party may have", rounds=rounds,
-            epsilon_round=rdp_epsilon(steps * step, self.ntm.dp_delta), delta_round=self.ntm.dp_delta,
+            epsilon_round=self._epsilon(q, steps), delta_round=self.ntm.dp_delta,
             epsilon=epsilon, delta=self.ntm.dp_delta,
             guarantee="(eps, delta)-DP per document of a party (add/remove), DP-SGD with Poisson sampling, "
                       "per-document clipping and Gaussian noise at every party; accounted for every party at "

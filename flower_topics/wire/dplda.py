@@ -23,7 +23,7 @@ from flower_topics.options import Option, at_least, in_range, one_of, positive
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 if TYPE_CHECKING:
-    from flower_topics.privacy.accountant import Budget
+    from flower_topics.privacy.accountants import Accountant, Budget
 
 METHOD = "dplda"
 #: Its reply is a sum (of clipped per-document statistics plus noise): it can go through secure aggregation,
@@ -171,7 +171,7 @@ def budget(config: Mapping[str, Any]) -> "Budget":
     The ``private`` agreement's (eps, delta) per document follows from the run config alone
     (``vocabulary-epsilon``, ``vocabulary-delta``); a public vocabulary file spends nothing.
     """
-    from flower_topics.privacy.accountant import Budget
+    from flower_topics.privacy.accountants import Budget
 
     private = str(config["vocabulary"]) == "private"
     return Budget(float(config["dplda.epsilon"]), float(config["dplda.delta"]),
@@ -191,28 +191,34 @@ def noise_multiplier(config: Mapping[str, Any]) -> float:
     return _calibrate(*budget(config).for_rounds(), float(config["dplda.sample-rate"]), int(config["num-rounds"]), units)
 
 
+def _backend(units: float) -> tuple[str, dict[str, float]]:
+    """The registered accountant of the releases and its options: PLD of the subsampled Gaussian, or under secure
+    aggregation (``units``: the sensitivity in integer units) RDP of the subsampled Skellam."""
+    return ("skellam", {"sensitivity": units}) if units else ("pld", {})
+
+
+def accountant(settings: DPLDASettings) -> "Accountant":
+    """A new accountant of this run's releases (:mod:`flower_topics.privacy.accountants`)."""
+    from flower_topics.privacy.accountants import create_accountant
+
+    name, options = _backend(settings.sensitivity_units if settings.secure else 0.0)
+    return create_accountant(name, **options)
+
+
 @functools.lru_cache(maxsize=32)
 def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int, units: float) -> float:
-    if units:  # secure aggregation: the summed noise is Skellam, accounted as such
-        from flower_topics.privacy.skellam import noise_multiplier as calibrate_skellam
+    from flower_topics.privacy.accountants import get_noise_multiplier
 
-        return calibrate_skellam(epsilon, delta, sample_rate, rounds, units)
-    from flower_topics.privacy.accountant import noise_multiplier as calibrate
-
-    return calibrate(epsilon, delta, sample_rate, rounds)
+    name, options = _backend(units)
+    return get_noise_multiplier(name, target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
+                                steps=rounds, **options)
 
 
 def rounds_epsilon(settings: DPLDASettings, rounds: int, delta: float) -> float:
-    """Epsilon at ``delta`` of ``rounds`` releases with these settings: subsampled Gaussian, or Skellam under
-    secure aggregation."""
-    if settings.secure:
-        from flower_topics.privacy.skellam import rounds_epsilon as skellam_epsilon
-
-        return skellam_epsilon(settings.noise_multiplier, settings.sample_rate, rounds, delta,
-                               settings.sensitivity_units)
-    from flower_topics.privacy.accountant import rounds_epsilon as gaussian_epsilon
-
-    return gaussian_epsilon(settings.noise_multiplier, settings.sample_rate, rounds, delta)
+    """Epsilon at ``delta`` of ``rounds`` releases with these settings (:func:`accountant`)."""
+    spent = accountant(settings)
+    spent.step(noise_multiplier=settings.noise_multiplier, sample_rate=settings.sample_rate, steps=rounds)
+    return spent.get_epsilon(delta)
 
 
 def settings(config: Mapping[str, Any]) -> DPLDASettings:
