@@ -2,7 +2,7 @@
 
 A party refuses a release that would take its document-level epsilon over its budget,
 whatever the server's arithmetic says. Every round asks about one more release of the same
-kind, and one epsilon of a composition costs 0.01-0.04 s (PLD or RDP); composing one more
+kind, and one epsilon of a composition is a costly computation (PLD or RDP); composing one more
 release never lowers epsilon, so what one question establishes answers many later ones.
 """
 

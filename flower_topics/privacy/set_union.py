@@ -216,7 +216,7 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1
     """
     if not sigma > 0 or not sensitivity > 0 or epsilon < 0:
         raise ValueError("sigma and sensitivity must be > 0, epsilon >= 0")
-    from scipy.special import log_ndtr, ndtr  # here: scipy.special costs 0.14 s at every start-up
+    from scipy.special import log_ndtr, ndtr  # here: its import is slow, and only this needs it
 
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
@@ -231,7 +231,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     """
     if not epsilon > 0 or not 0 < delta < 1 or not sensitivity > 0:
         raise ValueError("need epsilon > 0, 0 < delta < 1, sensitivity > 0")
-    from scipy.optimize import brentq  # here: scipy.optimize takes 0.3 s to import, and few runs need it
+    from scipy.optimize import brentq  # here: its import is slow, and few runs need it
 
     def excess(log_s: float) -> float:
         return analytic_gaussian_delta(math.exp(log_s), epsilon, 1.0) - delta
