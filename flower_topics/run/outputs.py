@@ -26,6 +26,40 @@ PLOTTED = ("perplexity", "npmi", "umass", "diversity", "tss_normalized", "nmi", 
            "bytes_sent", "bytes_received")
 
 
+def check_output_dir(directory: str | os.PathLike[str], resume_from: str | os.PathLike[str] | None = None) -> Path:
+    """Refuse an output directory that already holds a run's outputs, unless it is the run being resumed.
+
+    :class:`RunOutputs` checks this when the ServerApp starts; a launcher checks it before it
+    starts anything. Nothing is created or written.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The run's ``output-dir`` (relative paths: to the working directory).
+    resume_from : str or os.PathLike, optional
+        The run config's ``resume``: that directory may hold a run (the resumed one).
+
+    Returns
+    -------
+    Path
+        ``directory``, absolute.
+
+    Raises
+    ------
+    UserInputError
+        When ``directory`` holds one of :data:`RESULT_FILES` and is not ``resume_from``.
+    """
+    directory = Path(directory).expanduser().resolve()
+    source = None if not resume_from else Path(resume_from).expanduser().resolve()
+    existing = [name for name in RESULT_FILES if (directory / name).exists()]
+    if existing and directory != source:
+        raise UserInputError(
+            f"output directory {directory} already holds a run's outputs ({', '.join(existing)}); "
+            "choose another output-dir or remove it"
+        )
+    return directory
+
+
 class RunOutputs:
     """Writer of one run's output directory.
 
@@ -45,14 +79,8 @@ class RunOutputs:
 
     def __init__(self, directory: str | os.PathLike[str], resume_from: str | os.PathLike[str] | None = None,
                  resume_round: int = 0) -> None:
-        self.directory = Path(directory).expanduser().resolve()
+        self.directory = check_output_dir(directory, resume_from)
         source = None if resume_from is None else Path(resume_from).expanduser().resolve()
-        existing = [name for name in RESULT_FILES if (self.directory / name).exists()]
-        if existing and self.directory != source:
-            raise UserInputError(
-                f"output directory {self.directory} already holds a run's outputs ({', '.join(existing)}); "
-                "choose another output-dir or remove it"
-            )
         self.directory.mkdir(parents=True, exist_ok=True)
         if source is not None:
             self._carry_metrics(source / METRICS_FILE, resume_round)

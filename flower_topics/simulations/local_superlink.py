@@ -10,11 +10,18 @@ connection, runs the given ``flwr run .`` command, reads the run's final status 
 deployment engine (SuperLink + SuperNodes) in tests.
 
 Before anything starts, the command's ``--run-config`` is read with Flower's own parser
-and checked as the ServerApp would (:func:`check_run_config`): an unknown key, a bad
-value or a missing dataset is one line, ``flower-topics: error: ...``, and exit status 2
-(Flower alone says ``[code: 15] Invalid run configuration.`` or prints a traceback).
-``--connection NAME`` does the same check and the final-status check for a run on an
-existing SuperLink (real hosts, docs/real-hosts.md) and starts nothing.
+and checked as the ServerApp would (:func:`check_run_config`), and for a simulation its
+``dataset`` is read and partitioned as the parties will read it and its ``output-dir``
+must not hold a run yet: an unknown key, a bad value, a corpus the parties cannot read or
+an output directory in use is one line, ``flower-topics: error: ...``, and exit status 2
+(Flower alone says ``[code: 15] Invalid run configuration.``, prints a traceback, or
+fails inside the run, once per party). ``--connection NAME`` does the run-config check and
+the final-status check for a run on an existing SuperLink (real hosts, docs/real-hosts.md)
+and starts nothing.
+
+A failed run's line names only what still works once the command is done: the log of a
+run on the private SuperLink is saved before that SuperLink stops (``FLWR_HOME/logs/``),
+and ``flwr log`` is suggested only for a run on an existing SuperLink.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,27 +52,6 @@ _INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
 _RUN_STARTED = re.compile(r"Successfully started run (\d+)")
 
 
-CONNECTION = "flower-topics"
-
-
-#: Flower's own start-up lines that ``flwr run --stream`` prints around a run (dropped unless verbose).
-FLOWER_CHATTER = (
-    "Using SuperLink:", "Successfully started run", "Starting logstream for run_id", "Starting Flower Simulation",
-    "default simulated SuperNodes changed", "simulated SuperNodes)", "To change federation size",
-    "flwr federation simulation-config", "Successfully installed ", "FutureWarning: Tip: In future versions of Ray",
-    "warnings.warn(", "Manually terminating ClientAppActor",
-)
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-_INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
-
-
-_RUN_STARTED = re.compile(r"Successfully started run (\d+)")
-
-
 def run_config_items(command: Sequence[str]) -> list[str]:
     """The ``--run-config`` / ``-c`` values of a ``flwr run`` command, in order."""
     items: list[str] = []
@@ -79,7 +64,7 @@ def run_config_items(command: Sequence[str]) -> list[str]:
 
 
 def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
-                     local_data: bool = True) -> dict[str, Any]:
+                     local_data: bool = True, num_partitions: int = 1) -> dict[str, Any]:
     """Validate the ``--run-config`` of a ``flwr run`` command as the ServerApp would, before submitting it.
 
     The values are read with Flower's own parser (``flwr.common.config.parse_config_args``,
@@ -96,8 +81,15 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     app_dir : str or Path
         The Flower App's directory (its ``pyproject.toml`` holds the defaults).
     local_data : bool
-        The parties read the run config's ``dataset`` on this machine (a simulation): check
-        that it exists. Off for a deployment, where each party names its own file.
+        The run is a simulation on this machine, whose ServerApp and parties run in this working
+        directory: its ``output-dir`` must not hold a run yet (unless it is the ``resume`` one,
+        :func:`~flower_topics.run.outputs.check_output_dir`), and its ``dataset`` is read and
+        partitioned as the parties will read it
+        (:func:`~flower_topics.data.node_data.check_dataset`, which fills the corpus cache the
+        parties then share). Off for a deployment, where each party names its own file and
+        the ServerApp's machine holds the output directory.
+    num_partitions : int
+        ``local_data``: the number of simulated parties the dataset is shared among.
 
     Returns
     -------
@@ -108,14 +100,15 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     ------
     UserInputError
         For a malformed ``--run-config``, an unknown key, a bad value or (``local_data``)
-        a dataset that does not exist; the message is one line.
+        an output directory that holds a run or a dataset that is missing or cannot be read;
+        the message is one line.
     """
     import click
     from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
+    from flower_topics.data.node_data import check_dataset
     from flower_topics.run.config import parse_run_config
-    from flower_topics.data.embedded import resolve_dataset
-    from flower_topics.data.node_data import SYNTHETIC
+    from flower_topics.run.outputs import check_output_dir
 
     items = run_config_items(command)
     try:
@@ -131,19 +124,17 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     except Exception:  # no readable app here: `flwr run` reports that itself
         defaults = {}
     config = parse_run_config({**defaults, **overrides})
-    dataset = str(config["dataset"])
-    if local_data and dataset != SYNTHETIC and not Path(resolve_dataset(dataset)).expanduser().exists():
-        raise UserInputError(f"dataset {dataset!r} does not exist; pass dataset='embedded', 'synthetic' or the path "
-                             "of an OCTIS folder, .jsonl, .csv or folder of .txt files")
+    if local_data:
+        check_output_dir(str(config["output-dir"]), str(config["resume"]) or None)
+        check_dataset(config, num_partitions)
     return config
 
 
 def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
-           started: list[int] | None = None, quiet: threading.Event | None = None) -> int:
+           started: list[int] | None = None) -> int:
     """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
 
-    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``. Once ``quiet``
-    is set, nothing more is printed (the caller knows the run will fail, and says why itself).
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``.
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
@@ -153,8 +144,6 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
             submitted = _RUN_STARTED.search(_ANSI.sub("", line))
             if submitted and started is not None:
                 started.append(int(submitted.group(1)))
-            if quiet is not None and quiet.is_set():
-                continue
             if not verbose:
                 line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
                 if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
@@ -342,7 +331,7 @@ def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
                    timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
-                   connection: str | None = None, quiet: threading.Event | None = None) -> int:
+                   connection: str | None = None, run_log: Path | None = None) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
     Before anything starts, the command's ``--run-config`` is checked
@@ -376,9 +365,11 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     connection : str, optional
         An existing SuperLink connection of ``FLWR_HOME/config.toml`` (a deployment): start
         nothing, and do not check the run config's ``dataset`` here (each party names its own).
-    quiet : threading.Event, optional
-        Once set (by a caller that knows the run will fail and reports why itself), nothing more of the
-        command's output and no failure line is printed.
+    run_log : Path, optional
+        Private SuperLink: where the log of a failed run is kept (default
+        ``FLWR_HOME/logs/run-<id>.log``); it is fetched with ``flwr log`` before the SuperLink
+        stops, and the failure line names it (``flwr log`` cannot reach a SuperLink that has
+        stopped).
 
     Returns
     -------
@@ -388,7 +379,8 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     """
     app_dir = Path(app_dir).resolve()
     try:
-        check_run_config(command, app_dir, local_data=connection is None)
+        check_run_config(command, app_dir, local_data=connection is None,
+                         num_partitions=federation_size(command, num_supernodes))
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
@@ -400,7 +392,7 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
             return 2
         home = Path(flwr_home or os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser().resolve()
         try:
-            return _run_and_check(command, app_dir, home, connection, timeout, verbose, quiet=quiet)
+            return _run_and_check(command, app_dir, home, connection, timeout, verbose)
         except (RuntimeError, TimeoutError) as exc:
             print(f"flower-topics: error: {exc}", file=sys.stderr)
             return 1
@@ -415,7 +407,23 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         if verbose:
             print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
                   flush=True)
-        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, quiet=quiet)
+        try:
+            return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, run_log=run_log)
+        except (RuntimeError, TimeoutError) as exc:
+            print(f"flower-topics: error: {exc}", file=sys.stderr)
+            return 1
+
+
+def federation_size(command: Sequence[str], num_supernodes: int) -> int:
+    """The number of simulated SuperNodes a ``flwr run`` command asks for: its own
+    ``--federation-config num-supernodes=N`` when it gives one, else ``num_supernodes``."""
+    given = [value for flag, value in zip(command, command[1:]) if flag == "--federation-config"]
+    given += [item.split("=", 1)[1] for item in command if item.startswith("--federation-config=")]
+    for value in given:
+        found = re.search(r"(?:^|\s)num-supernodes\s*=\s*(\d+)", value)
+        if found:
+            return int(found.group(1))
+    return num_supernodes
 
 
 def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str] | None:
@@ -434,15 +442,16 @@ def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str
 
 
 def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection: str, timeout: float,
-                   verbose: bool, *, fresh: bool = False, quiet: threading.Event | None = None) -> int:
+                   verbose: bool, *, fresh: bool = False, run_log: Path | None = None) -> int:
     """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed.
 
-    ``fresh``: the connection is a SuperLink started for this command, which holds no run yet (no ``flwr ls``
-    before it). ``quiet``: see :func:`with_superlink`.
+    ``fresh``: the connection is a private SuperLink started for this command, which holds no run yet (no
+    ``flwr ls`` before it) and stops when the command is done: the log of a failed run is then saved to
+    ``run_log`` (see :func:`with_superlink`) while it still can be, and the failure line names that file.
     """
     before = None if fresh else latest_run(app_dir, home, connection)
     started: list[int] = []
-    code = stream(command, app_dir, flwr_env(home), verbose, started, quiet)
+    code = stream(command, app_dir, flwr_env(home), verbose, started)
     if code != 0:
         return code
     if started:
@@ -454,13 +463,36 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
             return 1
         run_id = newest[0]
     status = wait_for_run(app_dir, home, run_id, timeout, connection)
-    where = "" if connection == CONNECTION else f" {connection}"
     if not status.startswith("finished:completed"):
-        if quiet is not None and quiet.is_set():
-            return 1
-        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why "
-              f"(also: flwr log {run_id}{where} --show)", file=sys.stderr)
+        if fresh:
+            kept = save_run_log(app_dir, home, run_id, run_log or home / "logs" / f"run-{run_id}.log", connection)
+            where = (f"its full log is kept in {kept}" if kept is not None else
+                     "rerun with --verbose to see Flower's own lines too")
+        else:  # an existing SuperLink, still up: Flower's own command reaches it
+            where = f"also: flwr log {run_id} {connection} --show"
+        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why ({where})", file=sys.stderr)
         return 1
     if verbose or connection != CONNECTION:
         print(f"flower-topics: run {run_id} finished:completed", flush=True)
     return 0
+
+
+def save_run_log(app_dir: Path, flwr_home: Path, run_id: int, path: Path, connection: str = CONNECTION
+                 ) -> Path | None:
+    """Write the log of run ``run_id`` (``flwr log <id> <connection> --show``, colour codes removed) to ``path``.
+
+    For a private SuperLink, before it stops: afterwards no command can read the log. Returns ``path``, or None
+    when the log could not be read or written (the caller then names no file).
+    """
+    try:
+        out = subprocess.run([_bin("flwr"), "log", str(run_id), connection, "--show"], cwd=app_dir,
+                             env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
+        text = _ANSI.sub("", out.stdout)
+        if out.returncode != 0 or not text.strip():
+            return None
+        path = Path(path).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path
