@@ -189,13 +189,14 @@ def privacy_points(rows: list[Mapping[str, Any]]) -> tuple[list[int], list[float
     return rounds, total, per_round, unit
 
 
-def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[float, float] = (5.5, 3.6)
-                   ) -> Iterator[tuple[str, Any]]:
+def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[float, float] = (5.5, 3.6),
+                   min_points: int = 1) -> Iterator[tuple[str, Any]]:
     """``(name, figure)`` for each metric of :data:`PLOTTED` in ``rows`` (value against round), then
     ``privacy`` (epsilon spent so far and per round) when the run has a privacy mechanism.
 
     Each figure's title names the metric and ``label`` (the run); rounds are whole numbers on
-    the x axis. The figure is a matplotlib `Figure` outside pyplot, and the same one is redrawn for
+    the x axis. A metric with values at fewer than ``min_points`` rounds gets no figure (the
+    report shows a metric evaluated once as a number). The figure is a matplotlib `Figure` outside pyplot, and the same one is redrawn for
     every metric (its axes, ticks and grid are made once: a third of the time of a figure each):
     the caller saves or renders it before taking the next.
     """
@@ -227,13 +228,13 @@ def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[fl
 
     for key in PLOTTED:
         points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
-        if not points:
+        if len(points) < max(1, min_points):
             continue
         rounds, values = zip(*points)
         title, ylabel = METRIC_LABELS.get(key, (key, key))
         yield key, draw(title, ylabel, [(rounds, values, {"marker": "o" if len(points) < 30 else None})])
     rounds, total, per_round, unit = privacy_points(list(rows))
-    if rounds:
+    if rounds and len(rounds) >= min_points:
         yield PRIVACY_PLOT, draw("Privacy spent (epsilon)", f"epsilon per {unit}" if unit and unit != "none" else
                                  "epsilon", [(rounds, total, {"marker": "o" if len(rounds) < 30 else None,
                                                               "label": "spent so far"}),
