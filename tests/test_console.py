@@ -158,3 +158,31 @@ def test_defaults_that_give_poor_topics_say_why_and_which_option_changes_it():
         assert all(key in note for key in fix), note
         assert get_method(method).quality_notes(parse_run_config({"method": method, **fix})) == []
     assert get_method("lda").quality_notes(parse_run_config({})) == []
+
+
+def test_a_superlink_that_does_not_start_is_one_line_naming_its_log(tmp_path, monkeypatch, capsys):
+    """The private SuperLink's own log is what explains a SuperLink that did not start: the line names it, and a
+    caller with a temporary FLWR_HOME (``simulate``) gets a copy beside its run log."""
+    from contextlib import contextmanager
+
+    from flower_topics.simulations import local_superlink
+
+    @contextmanager
+    def failing(home, *, simulation, log_path):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("address already in use\n", encoding="utf-8")
+        raise RuntimeError("flower-superlink exited with status 1 before listening")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(local_superlink, "superlink", failing)
+    command = ["flwr", "run", ".", "--run-config", f"dataset='synthetic' output-dir='{tmp_path / 'out'}'"]
+    home = tmp_path / "home"
+    assert local_superlink.with_superlink(command, num_supernodes=2, flwr_home=home) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("flower-topics: error: flower-superlink exited with status 1 before listening (the SuperLink's "
+                    f"log: {home / 'superlink.log'})")
+    run_log = tmp_path / "out" / "flower-run.log"
+    assert local_superlink.with_superlink(command, num_supernodes=2, flwr_home=home, run_log=run_log) == 1
+    kept = tmp_path / "out" / "flower-superlink.log"
+    assert capsys.readouterr().err.strip().endswith(f"(the SuperLink's log: {kept})")
+    assert kept.read_text(encoding="utf-8") == "address already in use\n"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -369,7 +370,8 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         Private SuperLink: where the log of a failed run is kept (default
         ``FLWR_HOME/logs/run-<id>.log``); it is fetched with ``flwr log`` before the SuperLink
         stops, and the failure line names it (``flwr log`` cannot reach a SuperLink that has
-        stopped).
+        stopped). A caller whose ``flwr_home`` is temporary gives it: the SuperLink's own log
+        is then copied beside it (``flower-superlink.log``) when the SuperLink fails.
 
     Returns
     -------
@@ -397,21 +399,37 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
             print(f"flower-topics: error: {exc}", file=sys.stderr)
             return 1
     home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
-    with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
-        write_connection(home, f"127.0.0.1:{port}")
-        run_command = with_num_supernodes(command, num_supernodes)
-        if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
-            set_num_supernodes(home, num_supernodes)
-            run_command = list(command)
-        command = run_command
-        if verbose:
-            print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
-                  flush=True)
-        try:
+    log_path = home / "superlink.log"
+    try:
+        with superlink(home, simulation=True, log_path=log_path) as port:
+            write_connection(home, f"127.0.0.1:{port}")
+            run_command = with_num_supernodes(command, num_supernodes)
+            if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
+                set_num_supernodes(home, num_supernodes)
+                run_command = list(command)
+            command = run_command
+            if verbose:
+                print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: "
+                      f"{' '.join(command)}", flush=True)
             return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, run_log=run_log)
-        except (RuntimeError, TimeoutError) as exc:
-            print(f"flower-topics: error: {exc}", file=sys.stderr)
-            return 1
+    except (RuntimeError, TimeoutError, subprocess.SubprocessError) as exc:  # e.g. the SuperLink did not start
+        print(f"flower-topics: error: {' '.join(str(exc).split())} (the SuperLink's log: "
+              f"{_keep_superlink_log(log_path, run_log)})", file=sys.stderr)
+        return 1
+
+
+def _keep_superlink_log(log_path: Path, run_log: Path | None) -> Path:
+    """Where the SuperLink's log can be read after the command: ``log_path``, or with ``run_log`` (a caller whose
+    FLWR_HOME is temporary) a copy beside it, ``flower-superlink.log``."""
+    if run_log is None or not log_path.is_file():
+        return log_path
+    kept = Path(run_log).expanduser().resolve().with_name("flower-superlink.log")
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_path, kept)
+    except OSError:
+        return log_path
+    return kept
 
 
 def federation_size(command: Sequence[str], num_supernodes: int) -> int:
