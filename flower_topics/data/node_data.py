@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -269,8 +270,15 @@ def check_dataset(run_config: Mapping[str, Any], num_partitions: int = 1) -> Non
         For a missing, unreadable, empty or malformed corpus (e.g. no text column) or a
         partition that cannot be made; the message is one line and names the file.
     """
-    if str(run_config["dataset"]) != SYNTHETIC:
-        simulated_share(run_config, 0, max(1, int(num_partitions)))
+    dataset = str(run_config["dataset"])
+    if dataset == SYNTHETIC:
+        return
+    path = expand_path(resolve_dataset(dataset))
+    if not path_exists(path):
+        where = "" if path.is_absolute() else f" (relative to {shown(str(Path.cwd()), 200)})"
+        raise UserInputError(f"dataset {shown(dataset, 200)} does not exist{where}; pass dataset='embedded', "
+                             "'synthetic' or the path of an OCTIS folder, .jsonl, .csv or folder of .txt files")
+    simulated_share(run_config, 0, max(1, int(num_partitions)))
 
 
 def share_indices(corpus: Corpus, config: Mapping[str, Any], num_partitions: int) -> list[np.ndarray]:
