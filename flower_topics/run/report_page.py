@@ -226,25 +226,36 @@ def final_values(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float, li
     return found
 
 
+#: Up to this many topics the map has a legend of the topics' labels; beyond it, numbers only (the table has them).
+MAP_LEGEND_TOPICS = 20
+
+
 def _map_svg(coords: np.ndarray, sizes: TopicSizes | None, label: str, labels: Sequence[str]) -> str:
+    """The topic map: a circle per topic with its number, in a colour of its own, and up to
+    :data:`MAP_LEGEND_TOPICS` topics a legend of their labels beside it (labels written on the map overlap)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    n = coords.shape[0]
+    legend = n <= MAP_LEGEND_TOPICS
     with plt.rc_context({"svg.fonttype": "none"}):
-        fig, ax = plt.subplots(figsize=(5.2, 5.0))
-        n = coords.shape[0]
+        fig, ax = plt.subplots(figsize=(8.4 if legend else 5.2, 5.0))
         area = 2500 * sizes.share if sizes is not None else np.full(n, 2500 / max(n, 1))
-        ax.scatter(coords[:, 0], coords[:, 1], s=np.maximum(area, 30), alpha=0.35, edgecolors="k")
         for k, (x, y) in enumerate(coords):
-            ax.annotate(labels[k], (x, y), ha="center", va="center", fontsize=7)
+            ax.scatter([x], [y], s=max(float(area[k]), 30.0), alpha=0.45, edgecolors="k",
+                       color=plt.get_cmap("tab20")(k % 20), label=labels[k])
+            ax.annotate(str(k), (x, y), ha="center", va="center", fontsize=8)
         ax.set_xlabel("PC1 (Jensen-Shannon distance)")
         ax.set_ylabel("PC2 (Jensen-Shannon distance)")
         ax.set_title(f"Topic map: distances between topics (classical MDS)\n{label}", fontsize=9)
         ax.margins(0.25)  # room for the circles at the edges
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
+        if legend:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, markerscale=0.4, frameon=False,
+                      title="topic (number · top words)", title_fontsize=8)
         fig.tight_layout()
         return _svg(fig)
 
@@ -313,6 +324,7 @@ td, th {{ border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-a
 .bar {{ display: inline-block; height: 8px; background: #7aa6d6; margin-right: 3px; }}
 .plot {{ display: inline-block; margin: 4px; }}
 .plot svg {{ width: 520px; height: auto; }}
+#map svg {{ width: 840px; }}
 small {{ color: #666; }}
 td.label {{ white-space: nowrap; font-weight: bold; }}
 #privacy td {{ max-width: 900px; }}
