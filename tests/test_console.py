@@ -61,12 +61,70 @@ def test_filter_drops_flower_info_unless_verbose(caplog):
                        "flower-topics: error: 'num-topics' = 0 must be >= 1"]
 
 
-def test_flwr_run_config_is_checked_before_submitting():
+def test_flwr_run_config_is_checked_before_submitting(tmp_path):
     with pytest.raises(UserInputError, match=r"epsilon \(did you mean fedlda.epsilon"):
         check_run_config(["flwr", "run", ".", "--run-config", "method='fedlda' epsilon=5"])
     with pytest.raises(UserInputError, match="'num-topics' = 0 must be >= 1"):
         check_run_config(["flwr", "run", ".", "--run-config=num-topics=0"])
-    check_run_config(["flwr", "run", ".", "--run-config", "method='fedlda' fedlda.epsilon=5"])
+    check_run_config(["flwr", "run", ".", "--run-config", f"method='fedlda' fedlda.epsilon=5 output-dir='{tmp_path}'"])
+
+
+def test_the_launcher_refuses_an_output_dir_holding_a_run_unless_the_run_resumes_it(tmp_path):
+    def check(run_config: str) -> dict:
+        return check_run_config(["flwr", "run", ".", "--run-config", f"dataset='synthetic' {run_config}"])
+
+    used, other, fresh = tmp_path / "used", tmp_path / "other", tmp_path / "fresh"
+    used.mkdir()
+    (used / "model.npz").write_bytes(b"")
+    with pytest.raises(UserInputError, match=r"output directory .*used already holds a run's outputs \(model.npz\)"):
+        check(f"output-dir='{used}'")
+    with pytest.raises(UserInputError, match="already holds a run's outputs"):
+        check(f"output-dir='{used}' resume='{other}'")
+    assert check(f"output-dir='{used}' resume='{used}'")["resume"] == str(used)  # a resume continues in its own
+    check(f"output-dir='{fresh}'")
+    assert not fresh.exists()  # the check creates nothing
+    # a deployment's output directory is on the ServerApp's machine: not checked here
+    check_run_config(["flwr", "run", ".", "--run-config", f"output-dir='{used}'"], local_data=False)
+
+
+def test_a_failed_runs_hint_names_only_what_works_after_the_launcher_is_done(tmp_path, monkeypatch, capsys):
+    """A private SuperLink is stopped when the launcher is done: its run's log is saved first, and the line names
+    that file, never ``flwr log`` (which then reaches no SuperLink); on an existing SuperLink ``flwr log`` works."""
+    from flower_topics.simulations import local_superlink
+
+    saved = []
+
+    def save(app_dir, home, run_id, path, connection):
+        saved.append((run_id, path, connection))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("the run's log\n", encoding="utf-8")
+        return path
+
+    def stream(command, cwd, env, verbose, started):
+        started.append(7)
+        return 0
+
+    monkeypatch.setattr(local_superlink, "stream", stream)
+    monkeypatch.setattr(local_superlink, "wait_for_run", lambda *a: "finished:failed - boom")
+    monkeypatch.setattr(local_superlink, "latest_run", lambda *a: None)
+    monkeypatch.setattr(local_superlink, "save_run_log", save)
+    run = local_superlink._run_and_check
+    assert run(["flwr", "run", "."], tmp_path, tmp_path / "home", local_superlink.CONNECTION, 10, False, fresh=True) == 1
+    err = capsys.readouterr().err
+    log = tmp_path / "home" / "logs" / "run-7.log"
+    assert saved == [(7, log, local_superlink.CONNECTION)] and log.is_file()
+    assert f"run 7 FAILED (finished:failed - boom)" in err and f"its full log is kept in {log}" in err
+    assert "flwr log" not in err
+    kept = tmp_path / "out" / "flower-run.log"
+    assert run(["flwr", "run", "."], tmp_path, tmp_path / "home", local_superlink.CONNECTION, 10, False, fresh=True,
+               run_log=kept) == 1
+    assert f"its full log is kept in {kept}" in capsys.readouterr().err
+    monkeypatch.setattr(local_superlink, "save_run_log", lambda *a: None)  # the log could not be read
+    run(["flwr", "run", "."], tmp_path, tmp_path / "home", local_superlink.CONNECTION, 10, False, fresh=True)
+    err = capsys.readouterr().err
+    assert "rerun with --verbose" in err and "flwr log" not in err
+    assert run(["flwr", "run", ".", "topics"], tmp_path, tmp_path / "home", "topics", 10, False) == 1
+    assert "(also: flwr log 7 topics --show)" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(300)
@@ -100,3 +158,31 @@ def test_defaults_that_give_poor_topics_say_why_and_which_option_changes_it():
         assert all(key in note for key in fix), note
         assert get_method(method).notes(parse_run_config({"method": method, **fix})) == []
     assert get_method("lda").notes(parse_run_config({})) == []
+
+
+def test_a_superlink_that_does_not_start_is_one_line_naming_its_log(tmp_path, monkeypatch, capsys):
+    """The private SuperLink's own log is what explains a SuperLink that did not start: the line names it, and a
+    caller with a temporary FLWR_HOME (``simulate``) gets a copy beside its run log."""
+    from contextlib import contextmanager
+
+    from flower_topics.simulations import local_superlink
+
+    @contextmanager
+    def failing(home, *, simulation, log_path):
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("address already in use\n", encoding="utf-8")
+        raise RuntimeError("flower-superlink exited with status 1 before listening")
+        yield  # pragma: no cover
+
+    monkeypatch.setattr(local_superlink, "superlink", failing)
+    command = ["flwr", "run", ".", "--run-config", f"dataset='synthetic' output-dir='{tmp_path / 'out'}'"]
+    home = tmp_path / "home"
+    assert local_superlink.with_superlink(command, num_supernodes=2, flwr_home=home) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == ("flower-topics: error: flower-superlink exited with status 1 before listening (the SuperLink's "
+                    f"log: {home / 'superlink.log'})")
+    run_log = tmp_path / "out" / "flower-run.log"
+    assert local_superlink.with_superlink(command, num_supernodes=2, flwr_home=home, run_log=run_log) == 1
+    kept = tmp_path / "out" / "flower-superlink.log"
+    assert capsys.readouterr().err.strip().endswith(f"(the SuperLink's log: {kept})")
+    assert kept.read_text(encoding="utf-8") == "address already in use\n"

@@ -73,6 +73,10 @@ def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, caps
     assert failed == 1
     err = capsys.readouterr().err
     assert "FAILED (finished:failed" in err
+    # the private SuperLink is gone: the line names the log it kept, not `flwr log` (which could not reach it)
+    logs = list((tmp_path / "flwr-home" / "logs").glob("run-*.log"))
+    assert len(logs) == 1 and f"its full log is kept in {logs[0]}" in err and "flwr log" not in err
+    assert "no-such-vocabulary.txt" in logs[0].read_text(encoding="utf-8")
     assert not (tmp_path / "failed" / "model.npz").exists()
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from flower_topics.run.config import PARTITION_SCHEMES, parse_assignments
-from flower_topics.errors import UserInputError
+from flower_topics.errors import RunFailed, UserInputError
 from flower_topics.methods import METHODS
 from flower_topics.simulations.runner import ENGINES, MODES
 
@@ -246,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:
+        print(f"flower-topics: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("flower-topics: interrupted", file=sys.stderr)
         return 130

@@ -193,6 +193,50 @@ class PrivacyReport:
                 f"round(s) ({self.accountant}; one round: eps {self.epsilon_round:.4g}); "
                 f"whole run per document: {document}")
 
+    def statements(self) -> list[tuple[str, str]]:
+        """The report in words, for a person: ``(what, statement)`` pairs, the whole run's per-document figure first.
+
+        Returns
+        -------
+        list of (str, str)
+            ``"whole run, per document"`` (eps and delta for adding or removing one document of one party,
+            and what the figure covers, or ``none: <reason>``), ``"as the method states it"`` (the guarantee
+            on the method's own unit over the rounds so far, and one round's), and ``"mechanism"``.
+        """
+        if self.has_document_guarantee:
+            document = (f"eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g} for adding or removing "
+                        f"one document of one party, over the whole run: {self.document_guarantee}")
+        else:
+            document = self.document_guarantee or f"{NONE}no document-level bound was reported"
+        if self.epsilon is None:
+            method = f"no privacy mechanism: what the parties send is not randomized ({self.rounds} rounds)"
+        else:
+            delta = f", delta {self.delta:.3g}" if self.delta is not None else ""
+            one = (f"; one round: eps {self.epsilon_round:.4g}" if isinstance(self.epsilon_round, (int, float))
+                   else "")
+            method = (f"eps {self.epsilon:.4g}{delta} per {self.unit} after {self.rounds} round(s) "
+                      f"({self.accountant}{one})" + (f": {self.guarantee}" if self.guarantee else ""))
+        return [("whole run, per document", document), ("as the method states it", method),
+                ("mechanism", self.mechanism)]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "PrivacyReport":
+        """The report that :meth:`to_dict` wrote (a model's metadata, a ``metrics.jsonl`` line): the fields by
+        name, every other key back into ``details``.
+
+        Raises
+        ------
+        ValueError
+            When a field is missing or the values break the report's rules.
+        """
+        names = {f.name for f in dataclasses.fields(cls)} - {"details"}
+        values = {key: (math.inf if value in ("inf", "Infinity") else value) for key, value in values.items()}
+        known = {key: value for key, value in values.items() if key in names}
+        try:
+            return cls(**known, details={key: value for key, value in values.items() if key not in names})
+        except TypeError as exc:
+            raise ValueError(f"not a privacy report: {exc}") from None
+
 
 def _plain(value: Any) -> Any:
     """JSON-friendly: infinities as strings."""

@@ -26,6 +26,40 @@ PLOTTED = ("perplexity", "npmi", "umass", "diversity", "tss_normalized", "nmi", 
            "bytes_sent", "bytes_received")
 
 
+def check_output_dir(directory: str | os.PathLike[str], resume_from: str | os.PathLike[str] | None = None) -> Path:
+    """Refuse an output directory that already holds a run's outputs, unless it is the run being resumed.
+
+    :class:`RunOutputs` checks this when the ServerApp starts; a launcher checks it before it
+    starts anything. Nothing is created or written.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        The run's ``output-dir`` (relative paths: to the working directory).
+    resume_from : str or os.PathLike, optional
+        The run config's ``resume``: that directory may hold a run (the resumed one).
+
+    Returns
+    -------
+    Path
+        ``directory``, absolute.
+
+    Raises
+    ------
+    UserInputError
+        When ``directory`` holds one of :data:`RESULT_FILES` and is not ``resume_from``.
+    """
+    directory = Path(directory).expanduser().resolve()
+    source = None if not resume_from else Path(resume_from).expanduser().resolve()
+    existing = [name for name in RESULT_FILES if (directory / name).exists()]
+    if existing and directory != source:
+        raise UserInputError(
+            f"output directory {directory} already holds a run's outputs ({', '.join(existing)}); "
+            "choose another output-dir or remove it"
+        )
+    return directory
+
+
 class RunOutputs:
     """Writer of one run's output directory.
 
@@ -45,14 +79,8 @@ class RunOutputs:
 
     def __init__(self, directory: str | os.PathLike[str], resume_from: str | os.PathLike[str] | None = None,
                  resume_round: int = 0) -> None:
-        self.directory = Path(directory).expanduser().resolve()
+        self.directory = check_output_dir(directory, resume_from)
         source = None if resume_from is None else Path(resume_from).expanduser().resolve()
-        existing = [name for name in RESULT_FILES if (self.directory / name).exists()]
-        if existing and self.directory != source:
-            raise UserInputError(
-                f"output directory {self.directory} already holds a run's outputs ({', '.join(existing)}); "
-                "choose another output-dir or remove it"
-            )
         self.directory.mkdir(parents=True, exist_ok=True)
         if source is not None:
             self._carry_metrics(source / METRICS_FILE, resume_round)
@@ -161,13 +189,14 @@ def privacy_points(rows: list[Mapping[str, Any]]) -> tuple[list[int], list[float
     return rounds, total, per_round, unit
 
 
-def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[float, float] = (5.5, 3.6)
-                   ) -> Iterator[tuple[str, Any]]:
+def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[float, float] = (5.5, 3.6),
+                   min_points: int = 1) -> Iterator[tuple[str, Any]]:
     """``(name, figure)`` for each metric of :data:`PLOTTED` in ``rows`` (value against round), then
     ``privacy`` (epsilon spent so far and per round) when the run has a privacy mechanism.
 
     Each figure's title names the metric and ``label`` (the run); rounds are whole numbers on
-    the x axis. The figure is a matplotlib `Figure` outside pyplot, and the same one is redrawn for
+    the x axis. A metric with values at fewer than ``min_points`` rounds gets no figure (the
+    report shows a metric evaluated once as a number). The figure is a matplotlib `Figure` outside pyplot, and the same one is redrawn for
     every metric (its axes, ticks and grid are made once: a third of the time of a figure each):
     the caller saves or renders it before taking the next.
     """
@@ -199,13 +228,13 @@ def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[fl
 
     for key in PLOTTED:
         points = [(row["round"], row[key]) for row in rows if _is_number(row.get(key))]
-        if not points:
+        if len(points) < max(1, min_points):
             continue
         rounds, values = zip(*points)
         title, ylabel = METRIC_LABELS.get(key, (key, key))
         yield key, draw(title, ylabel, [(rounds, values, {"marker": "o" if len(points) < 30 else None})])
     rounds, total, per_round, unit = privacy_points(list(rows))
-    if rounds:
+    if rounds and len(rounds) >= min_points:
         yield PRIVACY_PLOT, draw("Privacy spent (epsilon)", f"epsilon per {unit}" if unit and unit != "none" else
                                  "epsilon", [(rounds, total, {"marker": "o" if len(rounds) < 30 else None,
                                                               "label": "spent so far"}),

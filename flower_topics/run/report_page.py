@@ -3,7 +3,9 @@
 The page needs nothing at view time (no script, no stylesheet or font from a network:
 its plots are inline SVG drawn by matplotlib, text kept as text). It shows:
 
-- each topic's top words with their weights (the model's ``topic_word``);
+- each topic's top words with their weights (the model's ``topic_word``); wherever a topic is
+  named (tables, the topic map) it is labelled by its number and top words
+  (:func:`topic_labels`: ``3 · engine, car, race``);
 - topic sizes, and where they come from (:func:`topic_sizes`): the share of training
   tokens assigned to each topic when the run kept global topic-word counts (``lda``,
   ``fedlda``: ``state.npz``), or the expected share of a corpus' tokens when one is given
@@ -11,8 +13,14 @@ its plots are inline SVG drawn by matplotlib, text kept as text). It shows:
 - a 2-D map of the topics as LDAvis draws it (:func:`topic_map`): Jensen-Shannon
   distances between the topics' word distributions, placed by classical multidimensional
   scaling (principal coordinates);
-- the metrics and the privacy spent per round (``metrics.jsonl``), one plot each;
-- the run config and the privacy report of ``model.npz``'s metadata.
+- the metrics and the privacy spent per round (``metrics.jsonl``), one plot each for a metric
+  with values at two or more rounds; a metric evaluated once (e.g. NMI at the last round) is a
+  number in the table of final values;
+- the privacy report of ``model.npz``'s metadata in words
+  (:meth:`~flower_topics.privacy.privacy_report.PrivacyReport.statements`: the whole run's
+  eps and delta per document and whom they protect, or ``none: <reason>``);
+- the run config: the generic options and those of the run's own method
+  (:func:`shown_config`), not every registered method's.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from scipy.spatial.distance import pdist, squareform
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
 from flower_topics.model.model_file import TopicModel, load_model
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.run.outputs import (
     METRIC_LABELS,
     METRICS_FILE,
@@ -44,6 +53,8 @@ from flower_topics.run.outputs import (
 
 REPORT_FILE = "report.html"
 N_WORDS = 10
+#: Top words in a topic's label.
+LABEL_WORDS = 3
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,47 @@ def run_paths(run: str | os.PathLike[str]) -> tuple[Path, Path]:
         raise UserInputError(f"{model} does not exist; pass a run's output directory (it holds {MODEL_FILE}) "
                              "or a model.npz")
     return directory, model
+
+
+def topic_labels(model: TopicModel, n_words: int = LABEL_WORDS) -> list[str]:
+    """Each topic's label: its index and its ``n_words`` most probable words, ``"3 · engine, car, race"``."""
+    return [f"{k} \u00b7 {', '.join(words)}" for k, words in enumerate(model.top_words(n_words))]
+
+
+def shown_config(config: Mapping[str, Any], method: str | None) -> tuple[dict[str, Any], int]:
+    """The run config's keys a reader of this run needs, and how many were left out.
+
+    Kept: the generic options (and any key no registered method owns) and ``method``'s own
+    ``<method>.*`` options. Left out: the other methods' options, and the synthetic generator's
+    ``synthetic-*`` options when the run's dataset is not ``synthetic``: this run used none of them.
+    """
+    others = {spec.key(name) for spec in METHODS.values() if spec.name != method for name in spec.options}
+    synthetic = str(config.get("dataset")) == "synthetic"
+    kept = {key: value for key, value in config.items()
+            if key not in others and (synthetic or not str(key).startswith("synthetic-"))}
+    return kept, len(config) - len(kept)
+
+
+def privacy_statements(privacy: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The privacy report of a model's metadata in words (:meth:`PrivacyReport.statements`); a record this
+    version cannot read as a report is shown field by field, values as text."""
+    if not privacy:
+        return [("privacy report", "none in the model file")]
+    try:
+        return PrivacyReport.from_dict(privacy).statements()
+    except (ValueError, TypeError):
+        return [(str(key), _text(value)) for key, value in privacy.items()]
+
+
+def _text(value: Any) -> str:
+    """A config or report value as a person reads it: numbers to 4 significant digits, text without quotes."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, str):
+        return value if value else '""'
+    return str(value)
 
 
 def topic_distances(topic_word: np.ndarray) -> np.ndarray:
@@ -157,31 +209,53 @@ def _svg(fig: Any) -> str:
 
 
 def _plots(rows: Sequence[Mapping[str, Any]], label: str) -> list[str]:
+    """Inline SVG plots of the metrics with values at two or more rounds (one value is no curve)."""
     import matplotlib.pyplot as plt
 
     with plt.rc_context({"svg.fonttype": "none"}):
-        return [_svg(fig) for _, fig in metric_figures(rows, label, size=(5.2, 3.4))]
+        return [_svg(fig) for _, fig in metric_figures(rows, label, size=(5.2, 3.4), min_points=2)]
 
 
-def _map_svg(coords: np.ndarray, sizes: TopicSizes | None, label: str) -> str:
+def final_values(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float, list[int]]]:
+    """``(metric, last value, rounds it was evaluated at)`` for each metric of :data:`PLOTTED` in ``rows``."""
+    found = []
+    for key in PLOTTED:
+        points = [(int(row["round"]), float(row[key])) for row in rows if _is_number(row.get(key))]
+        if points:
+            found.append((key, points[-1][1], [r for r, _ in points]))
+    return found
+
+
+#: Up to this many topics the map has a legend of the topics' labels; beyond it, numbers only (the table has them).
+MAP_LEGEND_TOPICS = 20
+
+
+def _map_svg(coords: np.ndarray, sizes: TopicSizes | None, label: str, labels: Sequence[str]) -> str:
+    """The topic map: a circle per topic with its number, in a colour of its own, and up to
+    :data:`MAP_LEGEND_TOPICS` topics a legend of their labels beside it (labels written on the map overlap)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    n = coords.shape[0]
+    legend = n <= MAP_LEGEND_TOPICS
     with plt.rc_context({"svg.fonttype": "none"}):
-        fig, ax = plt.subplots(figsize=(5.2, 5.0))
-        n = coords.shape[0]
+        fig, ax = plt.subplots(figsize=(8.4 if legend else 5.2, 5.0))
         area = 2500 * sizes.share if sizes is not None else np.full(n, 2500 / max(n, 1))
-        ax.scatter(coords[:, 0], coords[:, 1], s=np.maximum(area, 30), alpha=0.35, edgecolors="k")
         for k, (x, y) in enumerate(coords):
-            ax.annotate(str(k), (x, y), ha="center", va="center", fontsize=9)
+            ax.scatter([x], [y], s=max(float(area[k]), 30.0), alpha=0.45, edgecolors="k",
+                       color=plt.get_cmap("tab20")(k % 20), label=labels[k])
+            ax.annotate(str(k), (x, y), ha="center", va="center", fontsize=8)
         ax.set_xlabel("PC1 (Jensen-Shannon distance)")
         ax.set_ylabel("PC2 (Jensen-Shannon distance)")
         ax.set_title(f"Topic map: distances between topics (classical MDS)\n{label}", fontsize=9)
         ax.margins(0.25)  # room for the circles at the edges
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
+        if legend:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, markerscale=0.4, frameon=False,
+                      title="topic (number · top words)", title_fontsize=8)
         fig.tight_layout()
         return _svg(fig)
 
@@ -201,6 +275,7 @@ def build_report(run: str | os.PathLike[str], corpus: str | None = None,
     coords = topic_map(model.topic_word)
     e = html.escape
 
+    labels = topic_labels(model)
     topic_rows = []
     order = np.argsort(-sizes.share, kind="stable") if sizes is not None else np.arange(model.n_topics)
     for k in order:
@@ -210,22 +285,30 @@ def build_report(run: str | os.PathLike[str], corpus: str | None = None,
             f'<span class="w"><span class="bar" style="width:{60 * weight / top:.0f}px"></span>{e(word)} '
             f'<small>{weight:.3f}</small></span>' for word, weight in terms)
         size = f"{100 * sizes.share[k]:.1f}%" if sizes is not None else "n/a"
-        topic_rows.append(f"<tr><td>{k}</td><td>{size}</td><td>{words}</td></tr>")
+        topic_rows.append(f'<tr><td class="label">{e(labels[k])}</td><td>{size}</td><td>{words}</td></tr>')
     size_note = (f"Topic size: {e(sizes.source)}." if sizes is not None else
                  "Topic size: not available. The model file holds normalized topics only and this run kept no "
                  "global topic-word counts; pass --corpus with documents you hold to measure each topic's expected "
                  "share of them.")
 
-    privacy = metadata.get("privacy") or {}
-    privacy_items = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>" for k, v in privacy.items())
-    config_items = "".join(f"<tr><th>{e(str(k))}</th><td>{e(json.dumps(v))}</td></tr>"
-                           for k, v in sorted(config.items()))
-    last = rows[-1] if rows else {}
-    final = "".join(f"<tr><th>{e(METRIC_LABELS[k][0])}</th><td>{last[k]:.4g}</td></tr>"
-                    for k in PLOTTED if _is_number(last.get(k)))
+    privacy_items = "".join(f"<tr><th>{e(what)}</th><td>{e(statement)}</td></tr>"
+                            for what, statement in privacy_statements(metadata.get("privacy") or {}))
+    shown, left_out = shown_config(config, metadata.get("method"))
+    config_items = "".join(f"<tr><th>{e(str(k))}</th><td>{e(_text(v))}</td></tr>" for k, v in sorted(shown.items()))
+    config_note = (f"<p>The generic options and those of method {e(str(method))}; {left_out} options this run did "
+                   "not use (other methods', and the synthetic corpus generator's unless the dataset is synthetic) "
+                   "are left out.</p>" if left_out else "")
+    final = "".join(
+        f"<tr><th>{e(METRIC_LABELS.get(k, (k, k))[0])}</th><td>{value:.4g}</td><td>"
+        + (f"round {rounds[0]} only (one value: no plot)" if len(rounds) == 1 else
+           f"round {rounds[-1]} (evaluated at {len(rounds)} rounds: plot below)") + "</td></tr>"
+        for k, value, rounds in final_values(rows))
+    final_table = (f'<table id="final"><tr><th>metric</th><th>final value</th><th>when</th></tr>{final}</table>'
+                   if final else "")
     plots = _plots(rows, label)
-    plots_html = "".join(f'<div class="plot">{svg}</div>' for svg in plots) or \
-        f"<p>No per-round metrics ({METRICS_FILE} is missing or empty).</p>"
+    plots_html = "".join(f'<div class="plot">{svg}</div>' for svg in plots) or (
+        "<p>No metric has values at two or more rounds to plot.</p>" if rows else
+        f"<p>No per-round metrics ({METRICS_FILE} is missing or empty).</p>")
     wall = metadata.get("wall_time")
     facts = (f"{model.n_topics} topics, {len(model.vocabulary)} words, {metadata.get('rounds', len(rows))} rounds"
              + (f", {wall:.1f} s" if _is_number(wall) else ""))
@@ -241,26 +324,30 @@ td, th {{ border: 1px solid #ccc; padding: 3px 6px; text-align: left; vertical-a
 .bar {{ display: inline-block; height: 8px; background: #7aa6d6; margin-right: 3px; }}
 .plot {{ display: inline-block; margin: 4px; }}
 .plot svg {{ width: 520px; height: auto; }}
+#map svg {{ width: 840px; }}
 small {{ color: #666; }}
+td.label {{ white-space: nowrap; font-weight: bold; }}
+#privacy td {{ max-width: 900px; }}
 </style></head>
 <body>
 <h1>flower-topics report</h1>
 <p><b>{e(label)}</b>: {e(facts)}.</p>
 <h2>Topics</h2>
 <p>{size_note} Words: the {n_words} most probable of each topic, with p(word | topic).</p>
-<table id="topics"><tr><th>topic</th><th>size</th><th>top words (weight)</th></tr>
+<table id="topics"><tr><th>topic (number · top words)</th><th>size</th><th>top words (weight)</th></tr>
 {''.join(topic_rows)}</table>
 <h2>Topic map</h2>
 <p>Each topic placed so that distances on the map approximate the Jensen-Shannon distances between the topics'
 word distributions (classical multidimensional scaling, as LDAvis); circle area: topic size
 {'(' + e(sizes.source) + ')' if sizes is not None else '(equal: sizes not available)'}.</p>
-<div class="plot" id="map">{_map_svg(coords, sizes, label)}</div>
+<div class="plot" id="map">{_map_svg(coords, sizes, label, labels)}</div>
 <h2>Metrics and privacy per round</h2>
-<table>{final}</table>
+{final_table}
 {plots_html}
 <h2>Privacy report</h2>
-<table id="privacy">{privacy_items or '<tr><td>no privacy report in the model file</td></tr>'}</table>
+<table id="privacy">{privacy_items}</table>
 <h2>Run config</h2>
+{config_note}
 <table id="config">{config_items or '<tr><td>no run config in the model file</td></tr>'}</table>
 </body></html>
 """

@@ -10,11 +10,18 @@ connection, runs the given ``flwr run .`` command, reads the run's final status 
 deployment engine (SuperLink + SuperNodes) in tests.
 
 Before anything starts, the command's ``--run-config`` is read with Flower's own parser
-and checked as the ServerApp would (:func:`check_run_config`): an unknown key, a bad
-value or a missing dataset is one line, ``flower-topics: error: ...``, and exit status 2
-(Flower alone says ``[code: 15] Invalid run configuration.`` or prints a traceback).
-``--connection NAME`` does the same check and the final-status check for a run on an
-existing SuperLink (real hosts, docs/real-hosts.md) and starts nothing.
+and checked as the ServerApp would (:func:`check_run_config`), and for a simulation its
+``dataset`` is read and partitioned as the parties will read it and its ``output-dir``
+must not hold a run yet: an unknown key, a bad value, a corpus the parties cannot read or
+an output directory in use is one line, ``flower-topics: error: ...``, and exit status 2
+(Flower alone says ``[code: 15] Invalid run configuration.``, prints a traceback, or
+fails inside the run, once per party). ``--connection NAME`` does the run-config check and
+the final-status check for a run on an existing SuperLink (real hosts, docs/real-hosts.md)
+and starts nothing.
+
+A failed run's line names only what still works once the command is done: the log of a
+run on the private SuperLink is saved before that SuperLink stops (``FLWR_HOME/logs/``),
+and ``flwr log`` is suggested only for a run on an existing SuperLink.
 """
 
 from __future__ import annotations
@@ -22,9 +29,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,7 +65,7 @@ def run_config_items(command: Sequence[str]) -> list[str]:
 
 
 def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
-                     local_data: bool = True) -> dict[str, Any]:
+                     local_data: bool = True, num_partitions: int = 1) -> dict[str, Any]:
     """Validate the ``--run-config`` of a ``flwr run`` command as the ServerApp would, before submitting it.
 
     The values are read with Flower's own parser (``flwr.common.config.parse_config_args``,
@@ -75,8 +82,15 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     app_dir : str or Path
         The Flower App's directory (its ``pyproject.toml`` holds the defaults).
     local_data : bool
-        The parties read the run config's ``dataset`` on this machine (a simulation): check
-        that it exists. Off for a deployment, where each party names its own file.
+        The run is a simulation on this machine, whose ServerApp and parties run in this working
+        directory: its ``output-dir`` must not hold a run yet (unless it is the ``resume`` one,
+        :func:`~flower_topics.run.outputs.check_output_dir`), and its ``dataset`` is read and
+        partitioned as the parties will read it
+        (:func:`~flower_topics.data.node_data.check_dataset`, which fills the corpus cache the
+        parties then share). Off for a deployment, where each party names its own file and
+        the ServerApp's machine holds the output directory.
+    num_partitions : int
+        ``local_data``: the number of simulated parties the dataset is shared among.
 
     Returns
     -------
@@ -87,14 +101,15 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     ------
     UserInputError
         For a malformed ``--run-config``, an unknown key, a bad value or (``local_data``)
-        a dataset that does not exist; the message is one line.
+        an output directory that holds a run or a dataset that is missing or cannot be read;
+        the message is one line.
     """
     import click
     from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
+    from flower_topics.data.node_data import check_dataset
     from flower_topics.run.config import parse_run_config
-    from flower_topics.data.embedded import resolve_dataset
-    from flower_topics.data.node_data import SYNTHETIC
+    from flower_topics.run.outputs import check_output_dir
 
     items = run_config_items(command)
     try:
@@ -110,19 +125,17 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     except Exception:  # no readable app here: `flwr run` reports that itself
         defaults = {}
     config = parse_run_config({**defaults, **overrides})
-    dataset = str(config["dataset"])
-    if local_data and dataset != SYNTHETIC and not Path(resolve_dataset(dataset)).expanduser().exists():
-        raise UserInputError(f"dataset {dataset!r} does not exist; pass dataset='embedded', 'synthetic' or the path "
-                             "of an OCTIS folder, .jsonl, .csv or folder of .txt files")
+    if local_data:
+        check_output_dir(str(config["output-dir"]), str(config["resume"]) or None)
+        check_dataset(config, num_partitions)
     return config
 
 
 def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
-           started: list[int] | None = None, quiet: threading.Event | None = None) -> int:
+           started: list[int] | None = None) -> int:
     """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
 
-    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``. Once ``quiet``
-    is set, nothing more is printed (the caller knows the run will fail, and says why itself).
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``.
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
@@ -132,8 +145,6 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
             submitted = _RUN_STARTED.search(_ANSI.sub("", line))
             if submitted and started is not None:
                 started.append(int(submitted.group(1)))
-            if quiet is not None and quiet.is_set():
-                continue
             if not verbose:
                 line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
                 if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
@@ -154,9 +165,9 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
 #: system when it is freed. By default the threshold starts at 128 KiB and rises with every such block
 #: freed, up to 32 MiB, after which a round's K x V count arrays and Flower's message buffers come from
 #: the heap and stay resident. Fixed at 4 MiB for Flower's processes (and the Ray workers that serve the
-#: simulated parties, which inherit it): the peak PSS of a 5-party debian_large simulation at K = 100 falls
-#: by about 90 MiB (docs/results.md); at 128 KiB its rounds were 40-60% slower. Every array above it is then a
-#: fresh map faulted in page by page, so hot paths reuse their large arrays (:mod:`flower_topics.numeric.work_arrays`).
+#: simulated parties, which inherit it): large arrays are returned to the system when freed, while the
+#: many small ones stay on the heap (at 128 KiB rounds spend much of their time mapping). Every array above
+#: it is then a fresh map faulted in page by page, so hot paths reuse their large arrays (:mod:`flower_topics.numeric.work_arrays`).
 MALLOC_MMAP_THRESHOLD = 4 * 1024 * 1024
 
 
@@ -288,9 +299,9 @@ POLL_FIRST, POLL_MOST = 1.0, 5.0
 def wait_for_run(app_dir: Path, flwr_home: Path, run_id: int, timeout: float, connection: str = CONNECTION) -> str:
     """Wait until run ``run_id`` has finished; returns its final status.
 
-    Each read is a ``flwr ls`` process (about 2 s of CPU to start Python and import Flower's CLI), so the pause
-    between reads grows from :data:`POLL_FIRST` to :data:`POLL_MOST` seconds: read every second for minutes,
-    it took about half a core from the run it waits for on a 2-core machine.
+    Each read is a ``flwr ls`` process (it starts Python and imports Flower's CLI), so the pause between reads
+    grows from :data:`POLL_FIRST` to :data:`POLL_MOST` seconds: reading every second would take CPU from the
+    run it waits for.
     """
     deadline = time.monotonic() + timeout
     pause = POLL_FIRST
@@ -321,7 +332,7 @@ def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
                    timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
-                   connection: str | None = None, quiet: threading.Event | None = None) -> int:
+                   connection: str | None = None, run_log: Path | None = None) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
     Before anything starts, the command's ``--run-config`` is checked
@@ -355,9 +366,12 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     connection : str, optional
         An existing SuperLink connection of ``FLWR_HOME/config.toml`` (a deployment): start
         nothing, and do not check the run config's ``dataset`` here (each party names its own).
-    quiet : threading.Event, optional
-        Once set (by a caller that knows the run will fail and reports why itself), nothing more of the
-        command's output and no failure line is printed.
+    run_log : Path, optional
+        Private SuperLink: where the log of a failed run is kept (default
+        ``FLWR_HOME/logs/run-<id>.log``); it is fetched with ``flwr log`` before the SuperLink
+        stops, and the failure line names it (``flwr log`` cannot reach a SuperLink that has
+        stopped). A caller whose ``flwr_home`` is temporary gives it: the SuperLink's own log
+        is then copied beside it (``flower-superlink.log``) when the SuperLink fails.
 
     Returns
     -------
@@ -367,7 +381,8 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     """
     app_dir = Path(app_dir).resolve()
     try:
-        check_run_config(command, app_dir, local_data=connection is None)
+        check_run_config(command, app_dir, local_data=connection is None,
+                         num_partitions=federation_size(command, num_supernodes))
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
@@ -379,29 +394,61 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
             return 2
         home = Path(flwr_home or os.environ.get("FLWR_HOME") or Path.home() / ".flwr").expanduser().resolve()
         try:
-            return _run_and_check(command, app_dir, home, connection, timeout, verbose, quiet=quiet)
+            return _run_and_check(command, app_dir, home, connection, timeout, verbose)
         except (RuntimeError, TimeoutError) as exc:
             print(f"flower-topics: error: {exc}", file=sys.stderr)
             return 1
     home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
-    with superlink(home, simulation=True, log_path=home / "superlink.log") as port:
-        write_connection(home, f"127.0.0.1:{port}")
-        run_command = with_num_supernodes(command, num_supernodes)
-        if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
-            set_num_supernodes(home, num_supernodes)
-            run_command = list(command)
-        command = run_command
-        if verbose:
-            print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: {' '.join(command)}",
-                  flush=True)
-        return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, quiet=quiet)
+    log_path = home / "superlink.log"
+    try:
+        with superlink(home, simulation=True, log_path=log_path) as port:
+            write_connection(home, f"127.0.0.1:{port}")
+            run_command = with_num_supernodes(command, num_supernodes)
+            if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
+                set_num_supernodes(home, num_supernodes)
+                run_command = list(command)
+            command = run_command
+            if verbose:
+                print(f"flower-topics: SuperLink on 127.0.0.1:{port} (FLWR_HOME={home}); running: "
+                      f"{' '.join(command)}", flush=True)
+            return _run_and_check(command, app_dir, home, CONNECTION, timeout, verbose, fresh=True, run_log=run_log)
+    except (RuntimeError, TimeoutError, subprocess.SubprocessError) as exc:  # e.g. the SuperLink did not start
+        print(f"flower-topics: error: {' '.join(str(exc).split())} (the SuperLink's log: "
+              f"{_keep_superlink_log(log_path, run_log)})", file=sys.stderr)
+        return 1
+
+
+def _keep_superlink_log(log_path: Path, run_log: Path | None) -> Path:
+    """Where the SuperLink's log can be read after the command: ``log_path``, or with ``run_log`` (a caller whose
+    FLWR_HOME is temporary) a copy beside it, ``flower-superlink.log``."""
+    if run_log is None or not log_path.is_file():
+        return log_path
+    kept = Path(run_log).expanduser().resolve().with_name("flower-superlink.log")
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_path, kept)
+    except OSError:
+        return log_path
+    return kept
+
+
+def federation_size(command: Sequence[str], num_supernodes: int) -> int:
+    """The number of simulated SuperNodes a ``flwr run`` command asks for: its own
+    ``--federation-config num-supernodes=N`` when it gives one, else ``num_supernodes``."""
+    given = [value for flag, value in zip(command, command[1:]) if flag == "--federation-config"]
+    given += [item.split("=", 1)[1] for item in command if item.startswith("--federation-config=")]
+    for value in given:
+        found = re.search(r"(?:^|\s)num-supernodes\s*=\s*(\d+)", value)
+        if found:
+            return int(found.group(1))
+    return num_supernodes
 
 
 def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str] | None:
     """A ``flwr run`` command with ``--federation-config num-supernodes=N`` added (unless one of its own
     ``--federation-config`` values sets it), or None for a command that is not ``flwr run``.
 
-    Saves the ``flwr federation simulation-config`` process (about 1 s) that sets it on the SuperLink otherwise.
+    Saves the ``flwr federation simulation-config`` process that sets it on the SuperLink otherwise.
     """
     if len(command) < 2 or Path(command[0]).name != "flwr" or command[1] != "run":
         return None
@@ -413,15 +460,16 @@ def with_num_supernodes(command: Sequence[str], num_supernodes: int) -> list[str
 
 
 def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection: str, timeout: float,
-                   verbose: bool, *, fresh: bool = False, quiet: threading.Event | None = None) -> int:
+                   verbose: bool, *, fresh: bool = False, run_log: Path | None = None) -> int:
     """Run ``command``, find the run it submitted, wait for its final status; 0 only if it completed.
 
-    ``fresh``: the connection is a SuperLink started for this command, which holds no run yet (no ``flwr ls``
-    before it). ``quiet``: see :func:`with_superlink`.
+    ``fresh``: the connection is a private SuperLink started for this command, which holds no run yet (no
+    ``flwr ls`` before it) and stops when the command is done: the log of a failed run is then saved to
+    ``run_log`` (see :func:`with_superlink`) while it still can be, and the failure line names that file.
     """
     before = None if fresh else latest_run(app_dir, home, connection)
     started: list[int] = []
-    code = stream(command, app_dir, flwr_env(home), verbose, started, quiet)
+    code = stream(command, app_dir, flwr_env(home), verbose, started)
     if code != 0:
         return code
     if started:
@@ -433,13 +481,36 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
             return 1
         run_id = newest[0]
     status = wait_for_run(app_dir, home, run_id, timeout, connection)
-    where = "" if connection == CONNECTION else f" {connection}"
     if not status.startswith("finished:completed"):
-        if quiet is not None and quiet.is_set():
-            return 1
-        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why "
-              f"(also: flwr log {run_id}{where} --show)", file=sys.stderr)
+        if fresh:
+            kept = save_run_log(app_dir, home, run_id, run_log or home / "logs" / f"run-{run_id}.log", connection)
+            where = (f"its full log is kept in {kept}" if kept is not None else
+                     "rerun with --verbose to see Flower's own lines too")
+        else:  # an existing SuperLink, still up: Flower's own command reaches it
+            where = f"also: flwr log {run_id} {connection} --show"
+        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why ({where})", file=sys.stderr)
         return 1
     if verbose or connection != CONNECTION:
         print(f"flower-topics: run {run_id} finished:completed", flush=True)
     return 0
+
+
+def save_run_log(app_dir: Path, flwr_home: Path, run_id: int, path: Path, connection: str = CONNECTION
+                 ) -> Path | None:
+    """Write the log of run ``run_id`` (``flwr log <id> <connection> --show``, colour codes removed) to ``path``.
+
+    For a private SuperLink, before it stops: afterwards no command can read the log. Returns ``path``, or None
+    when the log could not be read or written (the caller then names no file).
+    """
+    try:
+        out = subprocess.run([_bin("flwr"), "log", str(run_id), connection, "--show"], cwd=app_dir,
+                             env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
+        text = _ANSI.sub("", out.stdout)
+        if out.returncode != 0 or not text.strip():
+            return None
+        path = Path(path).expanduser().resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path

@@ -26,12 +26,14 @@ from typing import Any, Mapping
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import simulated_share
-from flower_topics.errors import UserInputError
+from flower_topics.errors import RunFailed, UserInputError
 from flower_topics.model.model_file import TopicModel, load_model
-from flower_topics.run.outputs import RunOutputs, read_metrics
+from flower_topics.run.outputs import check_output_dir, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
 
 MODES = ("federated", "centralized", "local")
+#: Where ``simulate`` keeps Flower's log of a federated run that failed (in the output directory).
+RUN_LOG = "flower-run.log"
 #: Where the federated mode's SuperNodes run: Flower's simulation engine, or this process.
 ENGINES = ("flower", "inprocess")
 #: (Ray 2.55.1, which flwr 1.41 pins and the simulation engine runs on, binds its own gRPC servers on all
@@ -69,6 +71,14 @@ def simulate(
     -------
     list of dict
         One results row per trained model (columns :data:`TABLE_COLUMNS`).
+
+    Raises
+    ------
+    UserInputError
+        Before anything is started: a bad option, an output directory that already holds a
+        run (unless it is the resumed one), or a corpus or partition that cannot be made.
+    RunFailed
+        When a federated run on Flower's engine did not complete.
     """
     if mode not in MODES:
         raise UserInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
@@ -81,6 +91,9 @@ def simulate(
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
+    # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
+    for directory in [out_dir / f"client-{i}" for i in range(num_clients)] if mode == "local" else [out_dir]:
+        check_output_dir(directory, str(config["resume"]) or None)
     if mode == "federated" and engine == "flower":
         rows = [_federated(config, num_clients, out_dir)]
         write_results_table(out_dir, rows)
@@ -143,46 +156,32 @@ def _share_sizes(config: Mapping[str, Any], num_clients: int) -> list[tuple[int,
 def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[str, Any]:
     """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path).
 
-    The shares (and with them the corpus cache, about 6 s for debian_large) are prepared in a thread while Flower's
-    processes and Ray start; the parties wait for the cache file (:mod:`~flower_topics.data.corpus_cache` locks
-    it while it is built). A share that cannot be made fails the parties too: the run's own lines are then not
-    shown, and the reason is raised here (one line).
+    Before Flower starts (and after :func:`simulate` checked the output directory), the shares are made (reading the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`,
+    which the parties then memory-map): a corpus the parties could not read is one line here, not one error per
+    party after the engine started. A run that fails keeps Flower's log of it in ``out_dir/flower-run.log``.
+
+    Raises
+    ------
+    UserInputError
+        For a corpus or partition that cannot be made.
+    RunFailed
+        When the run did not complete (the launcher has said why, and where its log is).
     """
     import tempfile
-    import threading
 
     from flower_topics.simulations.local_superlink import with_superlink
 
-    if not config.get("resume"):
-        RunOutputs(out_dir)  # fail early, before the simulation engine starts, if out_dir holds a run
+    shares = _share_sizes(config, num_clients)
     started = time.time()
-    prepared: dict[str, Any] = {}
-    failed = threading.Event()  # the parties fail the same way: the run's own lines are not shown
-
-    def prepare() -> None:
-        try:
-            prepared["shares"] = _share_sizes(config, num_clients)
-        except Exception as exc:  # noqa: BLE001 - raised in the caller's thread below
-            prepared["error"] = exc
-            failed.set()
-
-    preparing = threading.Thread(target=prepare, name="flower-topics-shares", daemon=True)
-    preparing.start()
-    try:
-        with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
-            app_dir = Path(tmp) / "app"
-            run_config = write_app(app_dir, config)
-            code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
-                                  num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
-                                  flwr_home=Path(tmp) / "flwr-home", quiet=failed)
-    finally:
-        preparing.join()
-    if "error" in prepared:
-        raise prepared["error"]
-    shares = prepared["shares"]
+    with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
+        app_dir = Path(tmp) / "app"
+        run_config = write_app(app_dir, config)
+        code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
+                              num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
+                              flwr_home=Path(tmp) / "flwr-home", run_log=out_dir / RUN_LOG)
     model_path = out_dir / "model.npz"
     if code != 0 or not model_path.exists():
-        raise RuntimeError(f"the federated run wrote no model to {model_path}: see the lines above for the error")
+        raise RunFailed(f"the federated run wrote no model to {out_dir}")
     model = load_model(model_path)
     return _row("federated", "federated", shares, out_dir, time.time() - started, model)
 
