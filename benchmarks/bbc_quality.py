@@ -23,7 +23,7 @@ from benchmark_data import DATASETS
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
-from flower_topics.model.model_file import TopicModel, load_model, save_model
+from flower_topics.topic_model.model_file import TopicModel, load_model, save_model
 from flower_topics.run.outputs import read_metrics
 from flower_topics.simulations import simulate
 

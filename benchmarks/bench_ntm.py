@@ -42,7 +42,7 @@ from benchmark_data import DATASETS
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.models import ntm
 
 COLUMNS = ("model", "norm", "seed", "epochs", "topic_word", "sec_per_epoch", "cpu_sec_per_epoch", "train_loss",
@@ -91,7 +91,7 @@ from contextualized_topic_models.models.ctm import CombinedTM, ZeroShotTM
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 kind, epochs, seed, dataset, emb_file = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 torch.manual_seed(seed)
 np.random.seed(seed)

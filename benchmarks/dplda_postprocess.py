@@ -23,7 +23,7 @@ import numpy as np
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.strategies.dplda import RAW_KEY, VARIANCE_KEY, public_lambda
 
 

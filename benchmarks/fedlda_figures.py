@@ -45,7 +45,7 @@ from flower_topics.clients.fedlda import FedLDAClientState, train_round  # noqa:
 from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import load_run_data  # noqa: E402
 from flower_topics.metrics.inference import infer_theta  # noqa: E402
-from flower_topics.model.model_file import TopicModel  # noqa: E402
+from flower_topics.topic_model.model_file import TopicModel  # noqa: E402
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word  # noqa: E402
 from scoring import score  # noqa: E402
 from flower_topics.privacy.realized_ldp import realized_ldp, rrp_pair_deltas  # noqa: E402

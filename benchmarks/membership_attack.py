@@ -51,7 +51,7 @@ from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import TopicModel, load_model
+from flower_topics.topic_model.model_file import TopicModel, load_model
 from membership_audit import (auc_interval, epsilon_lower_bound, lira_scores, log_likelihood_scores,
                                          tpr_at_fpr)
 

@@ -39,7 +39,7 @@ from flower_topics.federation.client_app import client_seed  # noqa: E402
 from flower_topics.clients.pctd import PCTDClientState, train_round  # noqa: E402
 from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import all_partitions, load_run_data  # noqa: E402
-from flower_topics.model.model_file import TopicModel  # noqa: E402
+from flower_topics.topic_model.model_file import TopicModel  # noqa: E402
 from flower_topics.models.lda import CollapsedGibbs, topic_word_distribution  # noqa: E402
 from flower_topics.models.pctd_server import sum_statistics  # noqa: E402
 from flower_topics.privacy.gaussian import gaussian_epsilon, gaussian_sigma_for_epsilon  # noqa: E402

@@ -39,7 +39,7 @@ from flower_topics.data.prepare import load_run_data
 from flower_topics.data.splits import test_corpus
 from flower_topics.evaluation import evaluate_model
 from flower_topics.evaluation.centralized import align_corpus
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.privacy.document_level import (
     gaussian_document_epsilon,
     laplace_document_epsilon,

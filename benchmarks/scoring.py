@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from flower_topics.data.prepare import RunData
 from flower_topics.evaluation import evaluate_model
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 
 
 def score(model: TopicModel, data: RunData, config: Mapping[str, Any]) -> dict[str, float | int]:

@@ -21,7 +21,7 @@ import tomotopy as tp
 
 from flower_topics.data import load_corpus
 from flower_topics.data.splits import ensure_split, training_corpus
-from flower_topics.model.model_file import TopicModel, save_model
+from flower_topics.topic_model.model_file import TopicModel, save_model
 
 
 def train_tomotopy(corpus, n_topics: int, alpha: float, beta: float, iterations: int, seed: int) -> np.ndarray:

@@ -181,7 +181,7 @@ for file in model.npz vocabulary.txt topics.txt metrics.jsonl; do
 done
 python - "$OUT" <<'PY'
 import sys
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 metadata = load_model(f"{sys.argv[1]}/model.npz").metadata
 assert metadata["run_config"]["dataset"] == "the parties' own files (node config)", metadata["run_config"]["dataset"]
 print("model.npz: trained on", metadata["run_config"]["dataset"], "| vocabulary:",

@@ -9,7 +9,7 @@ from flower_topics.federation.vocabulary_agreement import agree_vocabulary
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.data.prepare import load_run_data
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 from flower_topics.federation.server_app import run_server
 from tests.flower_harness import LoopbackGrid

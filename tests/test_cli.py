@@ -13,7 +13,7 @@ import pytest
 
 from flower_topics.cli.main import main
 from flower_topics.methods import METHODS
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4", "--set", "synthetic-shared-topics=2",
@@ -79,7 +79,7 @@ def test_evaluate_eval_alpha_scores_with_that_fold_in_prior(tmp_path, capsys):
     from flower_topics.run.config import parse_run_config
     from flower_topics.data.node_data import simulated_share
     from flower_topics.evaluation import evaluate_model
-    from flower_topics.model.model_file import load_model
+    from flower_topics.topic_model.model_file import load_model
 
     assert _simulate(tmp_path / "c", "centralized") == 0
     capsys.readouterr()
@@ -99,7 +99,7 @@ def test_evaluate_eval_alpha_scores_with_that_fold_in_prior(tmp_path, capsys):
 def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
     bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
     from flower_topics.data import load_corpus
-    from flower_topics.model.model_file import TopicModel, save_model
+    from flower_topics.topic_model.model_file import TopicModel, save_model
 
     vocab = load_corpus(bbc).vocabulary
     uniform = TopicModel(np.full((3, len(vocab)), 1.0 / len(vocab)), vocab, metadata={})

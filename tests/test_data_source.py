@@ -17,7 +17,7 @@ import numpy as np
 
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.federation.console import FLOWER_LOGGER
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics, run_label
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from flower_topics.simulations.local_superlink import submit
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 from tests.test_e2e_flower import listening_addresses
 from tests.deployment import (

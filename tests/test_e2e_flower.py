@@ -20,7 +20,7 @@ import pytest
 
 from flower_topics.simulations.processes import process_tree
 from flower_topics.simulations.local_superlink import with_superlink
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 
 SMALL = {

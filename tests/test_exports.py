@@ -10,7 +10,7 @@ import pytest
 
 from flower_topics.cli.main import main
 from flower_topics.federation.client_app import make_client_app
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from tests.test_trust_boundary import BASE, write_corpus

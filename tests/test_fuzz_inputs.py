@@ -518,7 +518,7 @@ def _federate(tmp_path: Path, min_nodes: int) -> tuple[Path, list[str]]:
 
 
 def test_a_party_with_a_junk_file_is_excluded_with_its_reason_and_the_run_goes_on(tmp_path):
-    from flower_topics.model.model_file import load_model
+    from flower_topics.topic_model.model_file import load_model
     from flower_topics.run.outputs import read_metrics
 
     out, lines = _federate(tmp_path, min_nodes=2)

@@ -22,7 +22,7 @@ from flower_topics.federation.client_app import make_client_app
 from flower_topics.run.config import parse_run_config
 from flower_topics.federation.vocabulary_agreement import agree_vocabulary
 from flower_topics.methods import METHODS, get_method
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.federation.server_app import run_server

@@ -27,7 +27,7 @@ from flower_topics.metrics import (
     topic_similarity_score,
     umass_coherence,
 )
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 
 VOCAB = ("a", "b", "c", "d", "e")
 

@@ -36,7 +36,7 @@ from flower_topics.metrics.pooled_sums import (
     nmi_purity_from_contingency,
     pooled_perplexity,
 )
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 
 BBC = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
 REL = 1e-9

@@ -260,7 +260,7 @@ def test_each_partys_accounting_persists_in_its_node_state_across_rounds():
 def test_a_finished_run_keeps_its_network_so_documents_can_be_inferred_later(tmp_path):
     """state.npz holds the final weights: the loaded network's decoder is the written topic_word, and its
     encoder gives each document proportions (what model.npz alone cannot)."""
-    from flower_topics.model.model_file import load_model
+    from flower_topics.topic_model.model_file import load_model
     from flower_topics.federation.server_app import run_server
 
     config = parse_run_config({**TINY, "ntm.dp": False, "output-dir": str(tmp_path / "run")})

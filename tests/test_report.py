@@ -13,7 +13,7 @@ import pytest
 
 from flower_topics.cli.main import main
 from flower_topics.federation.client_app import make_client_app
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import plot_metrics, read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.run.config import GLOBAL_OPTIONS
@@ -129,7 +129,7 @@ def test_the_report_states_the_privacy_guarantee_in_words(run_dir, tmp_path):
     assert PrivacyReport.from_dict(report.to_dict()) == report
     model = load_model(run_dir / "model.npz")
     metadata = {**model.metadata, "privacy": report.to_dict()}
-    from flower_topics.model.model_file import TopicModel, save_model
+    from flower_topics.topic_model.model_file import TopicModel, save_model
 
     save_model(tmp_path / "model.npz", TopicModel(model.topic_word, model.vocabulary, metadata=metadata))
     privacy = _cells(_section(build_report(tmp_path), "privacy"))

@@ -11,7 +11,7 @@ import pytest
 
 from flower_topics.cli.main import main
 from flower_topics.federation.client_app import agreed_documents, data_config, make_client_app
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from tests.test_trust_boundary import BASE, TOPICS, write_corpus

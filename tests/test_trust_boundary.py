@@ -15,7 +15,7 @@ from flower_topics.cli.main import main
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import load_model
+from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid

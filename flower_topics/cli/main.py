@@ -174,7 +174,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from flower_topics.data import load_truth
     from flower_topics.data.node_data import simulated_share
     from flower_topics.evaluation import evaluate_model
-    from flower_topics.model.model_file import load_model
+    from flower_topics.topic_model.model_file import load_model
     from flower_topics.federation.server_app import synthetic_truth
 
     model = load_model(args.model)
@@ -220,7 +220,7 @@ def _vocabulary(args: argparse.Namespace) -> int:
     if 0 < args.max_words < len(words):  # a curated vocabulary (OCTIS) is read whole: keep the words in most documents
         doc_freq = np.asarray((corpus.doc_term_matrix() > 0).sum(axis=0)).ravel()
         words = tuple(words[i] for i in sorted(np.argsort(-doc_freq, kind="stable")[:args.max_words]))
-    from flower_topics.model.document_topics import _write_atomic
+    from flower_topics.topic_model.document_topics import _write_atomic
 
     try:  # a temporary file renamed into place: an interrupted write never leaves half a vocabulary
         _write_atomic(out, "\n".join(words) + "\n")

@@ -58,7 +58,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from flower_topics.model.model_file import load_model
+    from flower_topics.topic_model.model_file import load_model
 
     model = load_model(args.model)
     topics = model.read_documents(args.corpus, **_options(args))
@@ -83,9 +83,9 @@ def _report(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from flower_topics.run.exports import export
-    from flower_topics.model.model_file import load_model
+    from flower_topics.topic_model.model_file import load_model
     from flower_topics.run.report_page import run_paths
-    from flower_topics.model.document_topics import read_documents, reading_options
+    from flower_topics.topic_model.document_topics import read_documents, reading_options
 
     model = load_model(run_paths(args.run)[1])
     documents = None

@@ -14,7 +14,7 @@ from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.inference import align_corpus, infer_theta
 from flower_topics.metrics.perplexity import perplexity
 from flower_topics.metrics.similarity import align_topics, topic_similarity_score
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 
 
 def evaluate_model(

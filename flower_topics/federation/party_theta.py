@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from flower_topics.data.node_data import READING_KEYS, node_options, simulated_share
 from flower_topics.errors import UserInputError
 from flower_topics.evaluation.federated import received_model
-from flower_topics.model.document_topics import (READING_DEFAULTS, DocumentCounts, count_corpus, document_topics,
+from flower_topics.topic_model.document_topics import (READING_DEFAULTS, DocumentCounts, count_corpus, document_topics,
                                                  read_documents)
 from flower_topics.wire.agreement import split_words
 from flower_topics.wire.protocol import CONFIG

@@ -28,7 +28,7 @@ from flower_topics.evaluation.federated import is_eval_round
 from flower_topics.methods import get_method
 from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.similarity import align_topics, topic_similarity_score
-from flower_topics.model.model_file import TopicModel
+from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.run.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.federation.grids import prompt

@@ -49,7 +49,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.methods import get_method
 from flower_topics.run.json_values import plain_json
 from flower_topics.run.release_journal import RELEASE_FILE, read_releases
-from flower_topics.model.model_file import save_npz
+from flower_topics.topic_model.model_file import save_npz
 
 if TYPE_CHECKING:
     from flower_topics.strategies.base import TopicStrategy

@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import TopicModel
-from flower_topics.model.document_topics import DocumentCounts, _write_atomic, document_topics, fold_in_options
+from flower_topics.topic_model.model_file import TopicModel
+from flower_topics.topic_model.document_topics import DocumentCounts, _write_atomic, document_topics, fold_in_options
 
 FORMATS = ("gensim", "pyldavis")
 DICTIONARY_FILE = "dictionary.txt"

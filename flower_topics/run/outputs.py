@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import MODEL_FILE, STATE_FILE, TopicModel, _json_default, save_model, save_npz
+from flower_topics.topic_model.model_file import MODEL_FILE, STATE_FILE, TopicModel, _json_default, save_model, save_npz
 
 TOPICS_FILE = "topics.txt"
 METRICS_FILE = "metrics.jsonl"

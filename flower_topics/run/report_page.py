@@ -38,7 +38,7 @@ from scipy.spatial.distance import pdist, squareform
 
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
-from flower_topics.model.model_file import TopicModel, load_model
+from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.run.outputs import (
     METRIC_LABELS,
@@ -359,6 +359,6 @@ def write_report(run: str | os.PathLike[str], out: str | os.PathLike[str] | None
     directory, _ = run_paths(run)
     path = Path(out).expanduser() if out is not None else directory / REPORT_FILE
     text = build_report(run, corpus, reading)
-    from flower_topics.model.document_topics import _write_atomic
+    from flower_topics.topic_model.document_topics import _write_atomic
 
     return _write_atomic(path, text)

@@ -27,7 +27,7 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import simulated_share
 from flower_topics.errors import RunFailed, UserInputError
-from flower_topics.model.model_file import TopicModel, load_model
+from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import check_output_dir, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
 

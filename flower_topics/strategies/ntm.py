@@ -58,7 +58,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from flower_topics.errors import UserInputError
-from flower_topics.model.model_file import MODEL_FILE, STATE_FILE, load_model
+from flower_topics.topic_model.model_file import MODEL_FILE, STATE_FILE, load_model
 from flower_topics.models.ntm import (
     NeuralTopicModel,
     apply_gradient,

@@ -24,7 +24,7 @@ MODEL_FILE = "model.npz"
 STATE_FILE = "state.npz"
 
 if TYPE_CHECKING:
-    from flower_topics.model.document_topics import DocumentTopics
+    from flower_topics.topic_model.document_topics import DocumentTopics
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class TopicModel:
         ``eval-alpha`` and ``eval-iterations``. A text without a word of the vocabulary gets
         the uniform row and no top topic (``DocumentTopics.empty``).
         """
-        from flower_topics.model.document_topics import DocumentCounts, count_texts, document_topics, fold_in_options, \
+        from flower_topics.topic_model.document_topics import DocumentCounts, count_texts, document_topics, fold_in_options, \
             reading_options
 
         reading = reading_options(self)
@@ -110,9 +110,9 @@ class TopicModel:
         """The topic mixtures of every document of a corpus file, read as the run read its parties' files.
 
         ``reading`` overrides the run's options: ``text_column``, ``id_column``, ``lowercase``,
-        ``stopwords`` (see :func:`flower_topics.model.document_topics.read_documents`).
+        ``stopwords`` (see :func:`flower_topics.topic_model.document_topics.read_documents`).
         """
-        from flower_topics.model.document_topics import document_topics, fold_in_options, read_documents, reading_options
+        from flower_topics.topic_model.document_topics import document_topics, fold_in_options, read_documents, reading_options
 
         options = reading_options(self, **reading)
         documents = read_documents(path, self.vocabulary, text_column=str(options["text-column"]),

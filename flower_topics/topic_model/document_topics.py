@@ -16,7 +16,7 @@ documents against those topics, read with the run's own preprocessing:
 In a federated run a party whose node config sets ``theta-out`` writes its documents'
 topics with these functions (:mod:`flower_topics.federation.party_theta`).
 
-:class:`flower_topics.model.model_file.TopicModel` has the same as methods (``TopicModel.load``,
+:class:`flower_topics.topic_model.model_file.TopicModel` has the same as methods (``TopicModel.load``,
 ``transform``, ``read_documents``).
 """
 
@@ -44,7 +44,7 @@ logger = logging.getLogger("flower_topics")
 
 class HasRunConfig(Protocol):
     """A trained model as the functions here read it: its ``metadata`` (with the run's ``run_config``)
-    (:class:`~flower_topics.model.model_file.TopicModel`)."""
+    (:class:`~flower_topics.topic_model.model_file.TopicModel`)."""
 
     metadata: Mapping[str, Any]
 
