@@ -15,7 +15,7 @@ from flower_topics.privacy.accountants import (DEFAULT_ORDERS, Accountant, PLDAc
                                                SkellamAccountant, accountant_names, create_accountant,
                                                get_noise_multiplier, register_accountant)
 from flower_topics.privacy.accountants import registry
-from flower_topics.privacy.skellam import skellam_rdp
+from flower_topics.privacy.skellam_mechanism import skellam_rdp
 
 
 def _gaussian_delta(sigma: float, eps: float) -> float:

@@ -14,7 +14,7 @@ from flower_topics.clients import dplda as client
 from flower_topics.run.config import parse_run_config
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
-from flower_topics.privacy import skellam as skellam_dp
+from flower_topics.privacy import skellam_mechanism as skellam_dp
 from tests import accounting
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings

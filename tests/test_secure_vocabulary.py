@@ -11,7 +11,8 @@ import pytest
 import scipy.sparse as sp
 
 from flower_topics.errors import UserInputError
-from flower_topics.privacy import secure_vocabulary, skellam
+from flower_topics.privacy import secure_vocabulary
+from flower_topics.privacy import skellam_mechanism as skellam
 from tests import accounting
 from tests.test_dplda import _exceedance
 

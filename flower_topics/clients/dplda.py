@@ -14,7 +14,7 @@ Each round the party (Park et al. 2016, Algorithm 1, the steps inside one iterat
 Under secure aggregation (``secure-aggregation=true``) step 3 also scales each document's
 statistic by ``quantum`` and rounds it to integers (:func:`flower_topics.models.svi.e_step`),
 and step 4 adds the party's share of Skellam noise, ``Sk((sigma C quantum)^2 / (n - T))``
-per cell (:mod:`flower_topics.privacy.skellam`), with ``n`` and ``T`` from the party's own
+per cell (:mod:`flower_topics.privacy.skellam_mechanism`), with ``n`` and ``T`` from the party's own
 secure-sum state; the secure sum masks the integers before they leave (the ClientApp).
 
 Nothing else leaves the party: not the number of documents sampled or held, not theta, not a
@@ -42,7 +42,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy.guard import within_budget
-from flower_topics.privacy.skellam import skellam_noise
+from flower_topics.privacy.skellam_mechanism import skellam_noise
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire import dplda as wire
 

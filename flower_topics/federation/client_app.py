@@ -279,7 +279,7 @@ def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any]
     """``private`` under secure aggregation: this party's bounded document frequencies over the public
     candidates, plus its share of the Skellam noise, masked (:mod:`flower_topics.privacy.secure_vocabulary`)."""
     from flower_topics.privacy import secure_vocabulary
-    from flower_topics.privacy.skellam import skellam_noise
+    from flower_topics.privacy.skellam_mechanism import skellam_noise
     from flower_topics.secure_sum import party as secure_party
 
     request, record = msg.content[CONFIG], msg.content[secure_sum.ROUND_RECORD]

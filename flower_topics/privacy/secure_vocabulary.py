@@ -14,7 +14,7 @@ parties can count over one public index space and the noise is added once (share
    each document contributing at most ``Delta_0 = vocabulary-max-words`` distinct candidates
    (a uniformly random subset, the party's secret randomness; the "count" policy of Gopi et
    al. 2020), adds its share ``Sk(mu / (n - T))`` of Skellam noise per candidate
-   (:mod:`flower_topics.privacy.skellam`) and sends the vector masked
+   (:mod:`flower_topics.privacy.skellam_mechanism`) and sends the vector masked
    (:mod:`flower_topics.secure_sum`).
 3. **The server** unmasks the sum: every candidate's document frequency over all parties
    plus ``Sk(mu)`` (or more). Adding or removing one document changes the vector by at most

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 METHOD = "dplda"
 #: Its reply is a sum (of clipped per-document statistics plus noise): it can go through secure aggregation,
-#: which makes the noise a shared Skellam noise (:mod:`flower_topics.privacy.skellam`).
+#: which makes the noise a shared Skellam noise (:mod:`flower_topics.privacy.skellam_mechanism`).
 SECURE_SUM = True
 LAMBDA_KEY = "topic-parameters"
 STATISTIC_KEY = "noisy-statistic"

@@ -1,7 +1,7 @@
 """autodp's RDP accountant of Poisson-subsampled distributed Skellam releases (secure aggregation).
 
 The Skellam mechanism's RDP is Agarwal, Kairouz and Liu 2021, Theorem 3.5
-(:func:`flower_topics.privacy.skellam.skellam_rdp`); Poisson subsampling with rate ``q`` (Zhu and
+(:func:`flower_topics.privacy.skellam_mechanism.skellam_rdp`); Poisson subsampling with rate ``q`` (Zhu and
 Wang 2019, the general bound for any RDP mechanism), composition over rounds and the conversion
 to ``(eps, delta)`` are autodp's (Yu-Xiang Wang's library).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from flower_topics.privacy.accountants.base import Accountant
 from flower_topics.privacy.accountants.registry import register_accountant
-from flower_topics.privacy.skellam import skellam_rdp
+from flower_topics.privacy.skellam_mechanism import skellam_rdp
 
 
 @register_accountant
