@@ -106,6 +106,23 @@ class Accountant(abc.ABC):
             In (0, 1).
         """
 
+    def grouped_releases(self, delta: float) -> tuple[tuple[float, float, int], ...]:
+        """The :meth:`step` releases as ``(sigma, q, count)``, one per distinct ``(sigma, q)``, sorted: what a
+        back-end that composes identical releases at once (PLD, Skellam) accounts.
+
+        Raises
+        ------
+        ValueError
+            Unless ``0 < delta < 1`` and every release has ``sigma > 0`` and ``0 < q <= 1``.
+        """
+        if not 0 < delta < 1 or any(s <= 0 or not 0 < q <= 1 for s, q, _ in self.history):
+            raise ValueError("need 0 < delta < 1, sigma > 0 and 0 < q <= 1 in every release")
+        counts: dict[tuple[float, float], int] = {}
+        for sigma, rate, steps in self.history:
+            if steps:
+                counts[(sigma, rate)] = counts.get((sigma, rate), 0) + steps
+        return tuple((s, q, c) for (s, q), c in sorted(counts.items()))
+
     def __len__(self) -> int:
         """The number of releases recorded by :meth:`step`."""
         return sum(steps for _, _, steps in self.history)

@@ -48,15 +48,10 @@ class SkellamAccountant(Accountant):
 
     def steps_epsilon(self, delta: float) -> float:
         """Epsilon at ``delta`` of the recorded releases, each ``(sigma, q)`` composed ``count`` times (autodp)."""
-        if not 0 < delta < 1 or any(s <= 0 or not 0 < q <= 1 for s, q, _ in self.history):
-            raise ValueError("need 0 < delta < 1, sigma > 0 and 0 < q <= 1 in every release")
-        counts: dict[tuple[float, float], int] = {}
-        for sigma, rate, steps in self.history:
-            if steps:
-                counts[(sigma, rate)] = counts.get((sigma, rate), 0) + steps
-        if not counts:
+        releases = self.grouped_releases(delta)
+        if not releases:
             return 0.0
-        return _composed_epsilon(tuple((s, q, c) for (s, q), c in sorted(counts.items())), float(delta),
+        return _composed_epsilon(releases, float(delta),
                                  self.sensitivity)
 
 
