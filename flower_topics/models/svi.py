@@ -373,8 +373,25 @@ def initial_lambda(n_topics: int, n_words: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).gamma(100.0, 0.01, size=(n_topics, n_words))
 
 
+#: Pseudo-count mass of each topic of a public initial ``lambda`` (:func:`embedding_lambda`,
+#: :func:`distribution_lambda`): how much the first noisy releases must outweigh the start; with
+#: ``rho_t = (tau0 + t)^-kappa`` the start's weight after ``t`` steps is ``prod (1 - rho_s)``.
+START_MASS = 1000.0
+
+
+def distribution_lambda(topic_word: np.ndarray, *, mass: float = START_MASS) -> np.ndarray:
+    """A public initial ``lambda`` from topic-word distributions, with the magnitude of :func:`embedding_lambda`.
+
+    Topic ``k`` puts mass ``mass`` on the words in proportion to ``topic_word[k]`` (rows
+    normalized here), plus ``1e-3`` per cell, as the embedding start does: a start from
+    public documents is forgotten at the same rate as the embedding start.
+    """
+    rows = np.asarray(topic_word, dtype=np.float64)
+    return mass * rows / rows.sum(axis=1, keepdims=True) + 1e-3
+
+
 def embedding_lambda(embeddings: np.ndarray, n_topics: int, seed: int, *, temperature: float = 0.05,
-                     mass: float = 1000.0) -> np.ndarray:
+                     mass: float = START_MASS) -> np.ndarray:
     """A public initial ``lambda`` from word embeddings alone: one topic per k-means cluster of the words.
 
     The words' embeddings (of a public model, over the public or accounted vocabulary) are

@@ -23,7 +23,9 @@ words in proportion to the column sums of the average, a private unigram estimat
 carries ``K`` times the signal of one cell). The initial ``lambda`` is public: one topic
 per k-means cluster of the vocabulary's word embeddings (``init='embedding'``, the offline
 all-MiniLM-L6-v2; no document enters it) or random (``init='random'``, Gamma(100, 1/100) as
-Hoffman et al.), both from the run seed.
+Hoffman et al.), both from the run seed. With ``public-corpus`` set, it is instead a non-private
+collapsed Gibbs LDA of that public text over the agreed vocabulary (:func:`public_start`; the
+server reads it: it is public, not a party's document), scaled to the embedding start's mass.
 
 Privacy (:mod:`flower_topics.privacy.accountants`: the ``"pld"`` or ``"skellam"`` accountant). The user sets the whole run's target
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
@@ -41,7 +43,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+from flower_topics.data.corpus import Corpus
+from flower_topics.errors import UserInputError
 from flower_topics.models import svi
+from flower_topics.models.lda import fit_lda
 from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAccountant
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
@@ -55,6 +60,11 @@ SECURE_TRUST_MODEL = ("secure aggregation: the server sees only each round's sum
                       "protocol (it may try to learn from everything it receives) together with up to T parties, "
                       "with up to T parties dropping out (secure-aggregation-tolerance)")
 
+
+#: Gibbs sweeps of the public start's LDA (:func:`public_start`).
+PUBLIC_SWEEPS = 200
+#: A public corpus must hold at least K documents and this many tokens per topic over the vocabulary.
+PUBLIC_TOKENS_PER_TOPIC = 10
 
 RAW_KEY = "lambda-average"
 VARIANCE_KEY = "noise-variance"
@@ -77,10 +87,79 @@ def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float, thr
     return eta + kept + background / (1.0 - background) * kept.sum(axis=1, keepdims=True) * unigram
 
 
+def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
+    """``corpus`` over ``vocabulary``'s columns: other words dropped, then documents left empty."""
+    index = {w: i for i, w in enumerate(vocabulary)}
+    column = np.fromiter((index.get(w, -1) for w in corpus.vocabulary), dtype=np.int64, count=corpus.n_words)
+    ids = column[corpus.tokens]
+    kept = ids >= 0
+    lengths = np.bincount(corpus.doc_ids[kept], minlength=corpus.n_docs)
+    doc_ptr = np.zeros(int((lengths > 0).sum()) + 1, dtype=np.int64)
+    np.cumsum(lengths[lengths > 0], out=doc_ptr[1:])
+    return Corpus(tokens=ids[kept], doc_ptr=doc_ptr, vocabulary=tuple(vocabulary))
+
+
+def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
+                 source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS) -> np.ndarray:
+    """A public initial ``lambda``: non-private collapsed Gibbs LDA of public text over the agreed vocabulary.
+
+    The corpus' words outside ``vocabulary`` are dropped (and documents left empty); ``sweeps``
+    sweeps of :func:`~flower_topics.models.lda.fit_lda` from ``seed`` (the run's public seed)
+    give the topic-word distributions, scaled by :func:`~flower_topics.models.svi.distribution_lambda`
+    to the embedding start's mass. No party's document enters it: it costs no privacy.
+
+    Parameters
+    ----------
+    corpus : Corpus
+        The public text, over its own words.
+    vocabulary : sequence of str
+        The agreed vocabulary (V words, in column order).
+    n_topics : int
+        K.
+    alpha, eta : float
+        The LDA's document-topic and topic-word priors.
+    seed : int
+        The run's public seed.
+    source : str
+        What the refusals call the corpus.
+    sweeps : int
+        Gibbs sweeps.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K, V)`` float64 initial ``lambda``.
+
+    Raises
+    ------
+    UserInputError
+        When the corpus shares no word with the vocabulary, or holds over it fewer than ``K``
+        documents or fewer than :data:`PUBLIC_TOKENS_PER_TOPIC` x ``K`` tokens (one line).
+    """
+    public = over_vocabulary(corpus, vocabulary)
+    if public.n_tokens == 0:
+        raise UserInputError(f"{source} shares no word with the agreed vocabulary ({len(vocabulary)} words); pass "
+                             "public text of the same domain and language, or '' for none")
+    least = PUBLIC_TOKENS_PER_TOPIC * n_topics
+    if public.n_docs < n_topics or public.n_tokens < least:
+        raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
+                             f"{public.n_tokens} tokens over the agreed vocabulary; it needs at least {n_topics} "
+                             f"documents and {least} tokens")
+    return svi.distribution_lambda(fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed))
+
+
 def model_record(average: np.ndarray, noise_variance: float) -> ArrayRecord:
     """The strategy's global state: the raw running average and its noise variance."""
     return ArrayRecord({RAW_KEY: Array(np.ascontiguousarray(average, dtype=np.float64)),
                         VARIANCE_KEY: Array(np.array([noise_variance], dtype=np.float64))})
+
+
+def public_corpus(config: Mapping[str, Any]) -> Corpus | None:
+    """The run's ``dplda.public-corpus`` read with its reading options (every word kept), or None when unset."""
+    from flower_topics.data.corpus_cache import read_source
+
+    path = str(config["dplda.public-corpus"])
+    return read_source(path, config) if path else None
 
 
 class DPLDA(TopicStrategy):
@@ -103,7 +182,12 @@ class DPLDA(TopicStrategy):
     background : float (default: 0.2)
         Share of each public topic's mass spread as the word-frequency background, in [0, 1).
     init : {"embedding", "random"} (default: "embedding")
-        The public initial ``lambda``.
+        The public initial ``lambda`` when there is no public corpus.
+    public_corpus : Corpus, optional
+        Public text of the domain: the initial ``lambda`` is :func:`public_start` of it
+        (in place of ``init``).
+    public_source : str (default: "")
+        What the refusals and the privacy report call the public corpus (its path).
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed``, ``evaluation`` of
         :class:`TopicStrategy`; the seed also draws the initial ``lambda``.
@@ -113,7 +197,8 @@ class DPLDA(TopicStrategy):
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.DPLDASettings, *, budget: Budget,
                  eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 0.0,
-                 background: float = 0.2, init: str = "embedding", **federation: Any) -> None:
+                 background: float = 0.2, init: str = "embedding", public_corpus: Corpus | None = None,
+                 public_source: str = "", **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:
             raise ValueError("background must be in [0, 1)")
@@ -121,6 +206,7 @@ class DPLDA(TopicStrategy):
         self.budget = budget
         self.eta, self.tau0, self.kappa, self.threshold, self.background = eta, tau0, kappa, threshold, background
         self.init = init
+        self.public_corpus, self.public_source = public_corpus, public_source or "dplda.public-corpus"
         self.updates = 0
         self._lambda_sent: tuple[ArrayRecord, ArrayRecord] | None = None  # a global state, what nodes receive of it
 
@@ -131,11 +217,16 @@ class DPLDA(TopicStrategy):
         return cls(vocabulary, wire.settings(config), budget=wire.budget(config), eta=float(config["beta"]),
                    tau0=float(config["dplda.tau0"]), kappa=float(config["dplda.kappa"]),
                    threshold=float(config["dplda.threshold"]), background=float(config["dplda.background"]),
-                   init=str(config["dplda.init"]), **cls.federation_options(config))
+                   init=str(config["dplda.init"]), public_corpus=public_corpus(config),
+                   public_source=str(config["dplda.public-corpus"]), **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
-        """The public initial ``lambda`` (no noise yet), from the vocabulary and the run seed."""
+        """The public initial ``lambda`` (no noise yet), from the vocabulary (and the public corpus) and the run
+        seed."""
         k = self.dplda.n_topics
+        if self.public_corpus is not None:
+            return model_record(public_start(self.public_corpus, self.vocabulary, k, alpha=self.dplda.alpha,
+                                             eta=self.eta, seed=self.seed, source=self.public_source), 0.0)
         if self.init == "embedding":
             from flower_topics.models.word_similarity import embed_vocabulary
 
@@ -216,6 +307,9 @@ class DPLDA(TopicStrategy):
                      f"Poisson-subsampled distributed Skellam on clipped expected counts in units of 1/"
                      f"{self.dplda.quantum:g} (DP-SVI, Park et al. 2016; Agarwal et al. 2021), summed by secure "
                      f"aggregation")
+        start = (f"a non-private LDA of the public corpus {self.public_source} (public text the server read; no "
+                 "party's document enters it: it costs no privacy)" if self.public_corpus is not None else
+                 f"public ({self.init}: no document enters it; it costs no privacy)")
         evaluation = self.unaccounted_evaluation()  # refused by the run config; a strategy built by hand may have it
         document: dict[str, Any] = (
             dict(document_epsilon=epsilon, document_delta=delta_rounds,
@@ -236,6 +330,7 @@ class DPLDA(TopicStrategy):
             guarantee=(f"(eps, delta)-DP for adding or removing one document of any party, over everything the "
                        f"server receives in training; {trust}"),
             details={"noise_multiplier": sigma, "sample_rate": q, "clip": self.dplda.clip,
+                     "initial_topics": start,
                      "target_epsilon": self.budget.epsilon, "target_delta": self.budget.delta,
                      "training_epsilon_budget": eps_rounds, "trust_model": trust,
                      "composed": "vocabulary agreement (basic composition) + training rounds "

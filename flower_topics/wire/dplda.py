@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from flower_topics.errors import UserInputError
-from flower_topics.options import Option, at_least, in_range, one_of, positive
+from flower_topics.options import Option, shown, at_least, in_range, one_of, positive
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 if TYPE_CHECKING:
@@ -54,6 +54,9 @@ OPTIONS: Mapping[str, Option] = {
                          "word-frequency background (column sums of the average)", in_range(0, 1, high_open=True)),
     "init": Option("embedding", "public initial topics: embedding (k-means clusters of the vocabulary's word "
                    "embeddings, offline MiniLM; no document) or random", one_of("embedding", "random")),
+    "public-corpus": Option("", "path of public text of the domain the server may read (any corpus format, read "
+                            "with the run's reading options): the initial topics are a non-private LDA of it over "
+                            "the agreed vocabulary, in place of dplda.init; no privacy cost ('' = none)"),
     "e-step-iterations": Option(50, "most gamma iterations of a party's E-step", at_least(1)),
     "quantum": Option(256.0, "secure aggregation: integer units per expected count (each document's clipped "
                       "statistic is scaled by it and randomly rounded down or up, keeping its norm within C)",
@@ -152,7 +155,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         With ``vocabulary='union'`` (it publishes every party's words and their exact
         document frequencies, outside any accountant), with ``federated-eval=true`` (the
         parties' evaluation sums are not accounted), or when the whole-run target cannot be
-        reached with these settings.
+        reached with these settings, or when ``dplda.public-corpus`` names no file or folder.
     """
     if str(config["vocabulary"]) == "union":
         raise UserInputError("dplda needs an accounted vocabulary: vocabulary='private' (accounted) or the path of "
@@ -162,6 +165,12 @@ def check_config(config: Mapping[str, Any]) -> None:
         raise UserInputError("dplda: federated-eval=true would release the parties' evaluation sums outside the "
                              "accountant; set federated-eval=false and score the final model with "
                              "`flower-topics evaluate` on documents you may use")
+    from flower_topics.data.readers import FORMATS_HINT, expand_path, path_exists
+
+    public = str(config["dplda.public-corpus"])
+    if public and not path_exists(expand_path(public)):
+        raise UserInputError(f"dplda.public-corpus {shown(public, 200)} does not exist; pass {FORMATS_HINT} of public "
+                             "text the server may read, or '' for none")
     noise_multiplier(config)
 
 

@@ -1,0 +1,129 @@
+"""dplda's public head start (``dplda.public-corpus``): the start is a non-private LDA of the public text over
+the agreed vocabulary, reproducible from the run config, refused in one line when unusable, named by the privacy
+report as costing nothing, and invisible to the parties beyond the lambda they already receive."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord
+
+from flower_topics.errors import UserInputError
+from flower_topics.run.config import parse_run_config
+from flower_topics.wire.dplda import LAMBDA_KEY
+
+VOCABULARY = ("apple", "banana", "cherry", "damson", "elder", "fig")
+
+
+def _jsonl(path, texts):
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return str(path)
+
+
+def _pairs(tmp_path, n_docs=20):
+    """Documents of only {apple, banana} and of only {cherry, damson}, plus a word outside the vocabulary."""
+    texts = ["apple banana apple banana banana apple zebra" if i % 2 else "cherry damson damson cherry cherry damson zebra" for i in range(n_docs)]
+    return _jsonl(tmp_path / "public.jsonl", texts)
+
+
+def _config(tmp_path, public, **extra):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(VOCABULARY) + "\n")
+    return parse_run_config({"method": "dplda", "vocabulary": str(vocab), "federated-eval": False,
+                             "num-topics": 2, "stopwords": "none", "dplda.public-corpus": public, **extra})
+
+
+def _strategy(config):
+    from flower_topics.strategies.dplda import DPLDA
+    from tests.flower_harness import as_server
+
+    as_server()
+    return DPLDA.from_config(config, VOCABULARY)
+
+
+def _initial_lambda(strategy):
+    from flower_topics.strategies.dplda import RAW_KEY
+
+    return strategy.initial_arrays()[RAW_KEY].numpy()
+
+
+def test_the_start_comes_from_the_public_corpus_and_concentrates_on_its_word_pairs(tmp_path):
+    from flower_topics.models.svi import START_MASS
+
+    lam = _initial_lambda(_strategy(_config(tmp_path, _pairs(tmp_path))))
+    assert lam.shape == (2, len(VOCABULARY))
+    share = lam / lam.sum(axis=1, keepdims=True)
+    pair_ab, pair_cd = share[:, :2].sum(axis=1), share[:, 2:4].sum(axis=1)
+    assert min(pair_ab.max(), pair_cd.max()) > 0.95  # one topic is {apple, banana}, the other {cherry, damson}
+    assert np.argmax(pair_ab) != np.argmax(pair_cd)
+    # the embedding start's magnitude: each topic holds START_MASS pseudo-counts (plus 1e-3 a cell)
+    np.testing.assert_allclose(lam.sum(axis=1), START_MASS + 1e-3 * len(VOCABULARY))
+
+
+def test_the_same_seed_gives_the_same_start_and_another_seed_may_not(tmp_path):
+    rng = np.random.default_rng(0)  # documents without structure: where the sampler ends depends on its seed
+    public = _jsonl(tmp_path / "mixed.jsonl", [" ".join(rng.choice(VOCABULARY, 8)) for _ in range(40)])
+    first = _initial_lambda(_strategy(_config(tmp_path, public, seed=3)))
+    again = _initial_lambda(_strategy(_config(tmp_path, public, seed=3)))
+    other = _initial_lambda(_strategy(_config(tmp_path, public, seed=4)))
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, other)
+
+
+def test_the_refusals_are_one_line_before_round_1(tmp_path):
+    with pytest.raises(UserInputError, match="does not exist") as missing:
+        _config(tmp_path, str(tmp_path / "nowhere.jsonl"))
+    no_word = _strategy(_config(tmp_path, _jsonl(tmp_path / "other.jsonl", ["zebra yak"] * 10)))
+    with pytest.raises(UserInputError, match="shares no word with the agreed vocabulary") as unshared:
+        no_word.initial_arrays()
+    # 2 topics need 2 documents and 20 tokens over the vocabulary: 3 documents of 6 vocabulary words are 18
+    small = _strategy(_config(tmp_path, _pairs(tmp_path, n_docs=3)))
+    with pytest.raises(UserInputError, match="too small to train 2 topics: 3 documents and 18 tokens") as tiny:
+        small.initial_arrays()
+    one_doc = _strategy(_config(tmp_path, _jsonl(tmp_path / "one.jsonl", ["apple banana cherry damson " * 10])))
+    with pytest.raises(UserInputError, match="1 documents and 40 tokens"):
+        one_doc.initial_arrays()
+    assert all("\n" not in str(e.value) for e in (missing, unshared, tiny))
+    _initial_lambda(_strategy(_config(tmp_path, _pairs(tmp_path, n_docs=4))))  # 4 documents, 24 tokens: enough
+
+
+def test_a_party_receives_what_it_received_before_only_the_lambda_values_differ(tmp_path):
+    from tests.flower_harness import FixedNodesGrid
+
+    with_public = _strategy(_config(tmp_path, _pairs(tmp_path)))
+    without = _strategy(_config(tmp_path, ""))
+    sent = {}
+    for name, strategy in (("public", with_public), ("none", without)):
+        messages = list(strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), FixedNodesGrid([7])))
+        sent[name] = messages[0].content
+    assert list(sent["public"]["arrays"].keys()) == list(sent["none"]["arrays"].keys()) == [LAMBDA_KEY]
+    assert dict(sent["public"]["config"]) == dict(sent["none"]["config"])  # no path, no word of the public text
+    assert not any("public" in str(key) or "public" in str(value) for key, value in sent["public"]["config"].items())
+    assert with_public.reply_spec() == without.reply_spec()  # what a party may send is unchanged
+    assert not np.array_equal(sent["public"]["arrays"][LAMBDA_KEY].numpy(), sent["none"]["arrays"][LAMBDA_KEY].numpy())
+
+
+def test_the_privacy_report_names_the_public_corpus_and_says_it_costs_nothing(tmp_path):
+    public = _pairs(tmp_path)
+    report = _strategy(_config(tmp_path, public)).privacy_report()
+    assert public in report.details["initial_topics"] and "costs no privacy" in report.details["initial_topics"]
+    plain = _strategy(_config(tmp_path, "")).privacy_report()
+    assert "public corpus" not in plain.details["initial_topics"]
+    assert report.epsilon == plain.epsilon  # the start spends nothing
+
+
+def test_a_tiny_inprocess_run_with_a_public_corpus_names_it_in_the_model_metadata(tmp_path):
+    from flower_topics.data.prepare import load_run_data
+    from flower_topics.simulations.runner import simulate
+    from flower_topics.topic_model.model_file import load_model
+
+    corpus = load_run_data(parse_run_config({"dataset": "embedded"})).corpus
+    public = _jsonl(tmp_path / "public.jsonl", [" ".join(corpus.words(d)) for d in range(60)])
+    run = {"method": "dplda", "dataset": "embedded", "num-topics": 5, "num-rounds": 2, "vocabulary": "private",
+           "vocabulary-epsilon": 2.0, "dplda.epsilon": 6.0, "federated-eval": False, "dplda.public-corpus": public}
+    simulate(run, mode="federated", num_clients=3, out_dir=tmp_path / "run", engine="inprocess")
+    report = load_model(tmp_path / "run" / "model.npz").metadata["privacy"]
+    assert public in report["initial_topics"] and "costs no privacy" in report["initial_topics"]
+    assert report["epsilon"] <= 6.0 + 1e-9
