@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--vocab-size", type=int, default=5000)
+    parser.add_argument("--vocabulary", default="", help="a public vocabulary file (e.g. `flower-topics vocabulary` "
+                        "of a public corpus) in place of the --vocab-size words of the dataset")
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1, 2, 4, 8])
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--rounds", type=int, default=40, help="dplda rounds")
@@ -91,7 +93,8 @@ def main() -> None:
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    vocabulary = public_vocabulary(args.dataset, args.vocab_size, out / "vocabulary.txt")
+    vocabulary = (Path(args.vocabulary) if args.vocabulary else
+                  public_vocabulary(args.dataset, args.vocab_size, out / "vocabulary.txt"))
     base = {"dataset": args.dataset, "num-topics": args.topics, "vocabulary": str(vocabulary),
             "federated-eval": False, "seed": 0}
     rows = []
