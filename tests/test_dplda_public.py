@@ -62,6 +62,11 @@ def test_the_start_comes_from_the_public_corpus_and_concentrates_on_its_word_pai
     np.testing.assert_allclose(lam.sum(axis=1), START_MASS + 1e-3 * len(VOCABULARY))
 
 
+def test_public_weight_sets_each_topics_pseudo_counts(tmp_path):
+    lam = _initial_lambda(_strategy(_config(tmp_path, _pairs(tmp_path), **{"dplda.public-weight": 5e4})))
+    np.testing.assert_allclose(lam.sum(axis=1), 5e4 + 1e-3 * len(VOCABULARY))
+
+
 def test_the_same_seed_gives_the_same_start_and_another_seed_may_not(tmp_path):
     rng = np.random.default_rng(0)  # documents without structure: where the sampler ends depends on its seed
     public = _jsonl(tmp_path / "mixed.jsonl", [" ".join(rng.choice(VOCABULARY, 8)) for _ in range(40)])

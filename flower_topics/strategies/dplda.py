@@ -100,13 +100,15 @@ def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
 
 
 def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
-                 source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS) -> np.ndarray:
+                 source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS,
+                 mass: float = svi.START_MASS) -> np.ndarray:
     """A public initial ``lambda``: non-private collapsed Gibbs LDA of public text over the agreed vocabulary.
 
     The corpus' words outside ``vocabulary`` are dropped (and documents left empty); ``sweeps``
     sweeps of :func:`~flower_topics.models.lda.fit_lda` from ``seed`` (the run's public seed)
     give the topic-word distributions, scaled by :func:`~flower_topics.models.svi.distribution_lambda`
-    to the embedding start's mass. No party's document enters it: it costs no privacy.
+    to ``mass`` pseudo-counts a topic (by default the embedding start's). No party's document enters
+    it: it costs no privacy.
 
     Parameters
     ----------
@@ -124,6 +126,8 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         What the refusals call the corpus.
     sweeps : int
         Gibbs sweeps.
+    mass : float
+        Pseudo-counts per topic (``dplda.public-weight``).
 
     Returns
     -------
@@ -145,7 +149,8 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
                              f"{public.n_tokens} tokens over the agreed vocabulary; it needs at least {n_topics} "
                              f"documents and {least} tokens")
-    return svi.distribution_lambda(fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed))
+    return svi.distribution_lambda(fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed),
+                                   mass=mass)
 
 
 def model_record(average: np.ndarray, noise_variance: float) -> ArrayRecord:
@@ -188,6 +193,8 @@ class DPLDA(TopicStrategy):
         (in place of ``init``).
     public_source : str (default: "")
         What the refusals and the privacy report call the public corpus (its path).
+    public_weight : float (default: 1000.0)
+        Pseudo-counts per topic of the public start.
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed``, ``evaluation`` of
         :class:`TopicStrategy`; the seed also draws the initial ``lambda``.
@@ -198,7 +205,7 @@ class DPLDA(TopicStrategy):
     def __init__(self, vocabulary: Sequence[str], settings: wire.DPLDASettings, *, budget: Budget,
                  eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 0.0,
                  background: float = 0.2, init: str = "embedding", public_corpus: Corpus | None = None,
-                 public_source: str = "", **federation: Any) -> None:
+                 public_source: str = "", public_weight: float = svi.START_MASS, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:
             raise ValueError("background must be in [0, 1)")
@@ -207,6 +214,7 @@ class DPLDA(TopicStrategy):
         self.eta, self.tau0, self.kappa, self.threshold, self.background = eta, tau0, kappa, threshold, background
         self.init = init
         self.public_corpus, self.public_source = public_corpus, public_source or "dplda.public-corpus"
+        self.public_weight = public_weight
         self.updates = 0
         self._lambda_sent: tuple[ArrayRecord, ArrayRecord] | None = None  # a global state, what nodes receive of it
 
@@ -218,7 +226,8 @@ class DPLDA(TopicStrategy):
                    tau0=float(config["dplda.tau0"]), kappa=float(config["dplda.kappa"]),
                    threshold=float(config["dplda.threshold"]), background=float(config["dplda.background"]),
                    init=str(config["dplda.init"]), public_corpus=public_corpus(config),
-                   public_source=str(config["dplda.public-corpus"]), **cls.federation_options(config))
+                   public_source=str(config["dplda.public-corpus"]), public_weight=float(config["dplda.public-weight"]),
+                   **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
         """The public initial ``lambda`` (no noise yet), from the vocabulary (and the public corpus) and the run
@@ -226,7 +235,8 @@ class DPLDA(TopicStrategy):
         k = self.dplda.n_topics
         if self.public_corpus is not None:
             return model_record(public_start(self.public_corpus, self.vocabulary, k, alpha=self.dplda.alpha,
-                                             eta=self.eta, seed=self.seed, source=self.public_source), 0.0)
+                                             eta=self.eta, seed=self.seed, source=self.public_source,
+                                             mass=self.public_weight), 0.0)
         if self.init == "embedding":
             from flower_topics.models.word_similarity import embed_vocabulary
 

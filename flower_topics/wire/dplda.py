@@ -57,6 +57,9 @@ OPTIONS: Mapping[str, Option] = {
     "public-corpus": Option("", "path of public text of the domain the server may read (any corpus format, read "
                             "with the run's reading options): the initial topics are a non-private LDA of it over "
                             "the agreed vocabulary, in place of dplda.init; no privacy cost ('' = none)"),
+    "public-weight": Option(1000.0, "pseudo-counts per topic of the public start (the embedding start's 1000); the "
+                            "step rho_t = (tau0 + t)^-kappa forgets it: at tau0 1 the first step replaces it, a larger "
+                            "dplda.tau0 keeps it", positive),
     "e-step-iterations": Option(50, "most gamma iterations of a party's E-step", at_least(1)),
     "quantum": Option(256.0, "secure aggregation: integer units per expected count (each document's clipped "
                       "statistic is scaled by it and randomly rounded down or up, keeping its norm within C)",
