@@ -132,3 +132,27 @@ def test_a_tiny_inprocess_run_with_a_public_corpus_names_it_in_the_model_metadat
     report = load_model(tmp_path / "run" / "model.npz").metadata["privacy"]
     assert public in report["initial_topics"] and "costs no privacy" in report["initial_topics"]
     assert report["epsilon"] <= 6.0 + 1e-9
+
+
+def test_an_unusable_public_corpus_is_refused_after_the_agreement_before_any_training_message(tmp_path):
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
+    from flower_topics.simulations.inprocess import InProcessGrid
+    from tests.test_method_contract import TINY
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(f"w{i:04d}" for i in range(40)) + "\n")
+    config = {**TINY, "method": "dplda", "vocabulary": str(vocab), "federated-eval": False,
+              "output-dir": str(tmp_path / "run"), "dplda.public-corpus": _jsonl(tmp_path / "p.jsonl", ["zebra yak"] * 9)}
+    grid = InProcessGrid.partitions(make_client_app(config), 2, config)
+    seen: list[str] = []
+    app = grid.client_app
+
+    def recording(message, context):
+        seen.append(message.metadata.message_type)
+        return app(message, context)
+
+    grid.client_app = recording
+    with pytest.raises(UserInputError, match="shares no word with the agreed vocabulary"):
+        run_server(grid, config)
+    assert seen and not any(kind.startswith("train") for kind in seen)  # the vocabulary went out; no round did

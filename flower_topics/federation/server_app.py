@@ -1,8 +1,9 @@
 """ServerApp: agree on the vocabulary, run the method's strategy, record federated scores, write outputs.
 
 The same ServerApp serves Flower's simulation engine and its deployment engine, and it
-never opens a corpus: the vocabulary comes from the parties (or a public file), the
-model's quality from their sums over their own documents. Each round a line is appended
+never opens a party's corpus: the vocabulary comes from the parties (or a public file), the
+model's quality from their sums over their own documents (``dplda.public-corpus`` is public
+text the user names for the server). Each round a line is appended
 to ``metrics.jsonl``; at the end the model, its top words and the plots are written.
 """
 
@@ -147,7 +148,7 @@ def synthetic_truth(config: Mapping[str, Any], agreement: Agreement | None = Non
 
 
 def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
-    """Run one federated training on ``grid`` and write its outputs; the server opens no corpus.
+    """Run one federated training on ``grid`` and write its outputs; the server opens no party's corpus.
 
     Stages: the vocabulary agreement (:func:`~flower_topics.federation.vocabulary_agreement.agree_vocabulary`),
     the method's rounds (its strategy from the registry), federated evaluation every

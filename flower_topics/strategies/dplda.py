@@ -38,7 +38,8 @@ keeps its own accountant and refuses a release over it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import functools
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
@@ -159,12 +160,14 @@ def model_record(average: np.ndarray, noise_variance: float) -> ArrayRecord:
                         VARIANCE_KEY: Array(np.array([noise_variance], dtype=np.float64))})
 
 
-def public_corpus(config: Mapping[str, Any]) -> Corpus | None:
-    """The run's ``dplda.public-corpus`` read with its reading options (every word kept), or None when unset."""
+def public_corpus(config: Mapping[str, Any]) -> Callable[[], Corpus] | None:
+    """A reader of the run's ``dplda.public-corpus`` with its reading options (every word kept), or None when
+    unset."""
     from flower_topics.data.corpus_cache import read_source
 
     path = str(config["dplda.public-corpus"])
-    return read_source(path, config) if path else None
+    reading = {key: config[key] for key in ("lowercase", "stopwords", "text-column", "label-column")}
+    return functools.partial(read_source, path, reading) if path else None
 
 
 class DPLDA(TopicStrategy):
@@ -188,8 +191,9 @@ class DPLDA(TopicStrategy):
         Share of each public topic's mass spread as the word-frequency background, in [0, 1).
     init : {"embedding", "random"} (default: "embedding")
         The public initial ``lambda`` when there is no public corpus.
-    public_corpus : Corpus, optional
-        Public text of the domain: the initial ``lambda`` is :func:`public_start` of it
+    public_corpus : Corpus or callable, optional
+        Public text of the domain, or a function that reads it (called by :meth:`initial_arrays`
+        only, so a resumed run reads nothing): the initial ``lambda`` is :func:`public_start` of it
         (in place of ``init``).
     public_source : str (default: "")
         What the refusals and the privacy report call the public corpus (its path).
@@ -204,7 +208,8 @@ class DPLDA(TopicStrategy):
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.DPLDASettings, *, budget: Budget,
                  eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 0.0,
-                 background: float = 0.2, init: str = "embedding", public_corpus: Corpus | None = None,
+                 background: float = 0.2, init: str = "embedding",
+                 public_corpus: Corpus | Callable[[], Corpus] | None = None,
                  public_source: str = "", public_weight: float = svi.START_MASS, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:
@@ -234,7 +239,8 @@ class DPLDA(TopicStrategy):
         seed."""
         k = self.dplda.n_topics
         if self.public_corpus is not None:
-            return model_record(public_start(self.public_corpus, self.vocabulary, k, alpha=self.dplda.alpha,
+            corpus = self.public_corpus if isinstance(self.public_corpus, Corpus) else self.public_corpus()
+            return model_record(public_start(corpus, self.vocabulary, k, alpha=self.dplda.alpha,
                                              eta=self.eta, seed=self.seed, source=self.public_source,
                                              mass=self.public_weight), 0.0)
         if self.init == "embedding":
