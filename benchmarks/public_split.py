@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_data import DATASETS  # noqa: E402
+from benchmark_data import DATASETS
 
-from flower_topics.data.readers import load_corpus  # noqa: E402
+from flower_topics.data.readers import load_corpus
 
 
 def write(path: Path, texts: list[str], labels: list[str] | None) -> None:

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dplda_quality import score  # noqa: E402
+from dplda_quality import score
 
-from flower_topics.run.config import parse_run_config  # noqa: E402
-from flower_topics.strategies.dplda import DPLDA  # noqa: E402
-from flower_topics.topic_model.model_file import TopicModel  # noqa: E402
+from flower_topics.run.config import parse_run_config
+from flower_topics.strategies.dplda import DPLDA
+from flower_topics.topic_model.model_file import TopicModel
 
 
 def main() -> None:
