@@ -168,7 +168,7 @@ def test_fedlda_with_a_public_pad_length_sends_no_size_and_accounts_the_public_l
 
 def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the word embeddings' cache
-    config = {**SMALL, "method": "pctd", "pctd.sigma": 0.1, "pctd.consistency": 0.3, "num-rounds": 15, "eval-every": 5,
+    config = {**SMALL, "method": "pctd", "pctd.sigma": 0.1, "pctd.consistency": 0.3, "num-rounds": 15, "eval-every": 1,
               "output-dir": str(tmp_path / "run")}
     spy, seen = spying(make_client_app(config))
     run_server(LoopbackGrid(spy, 3, config), config)
@@ -180,7 +180,8 @@ def test_pctd_run_learns_reports_privacy_and_sends_only_the_statistic(tmp_path, 
         assert r["replies_applied"] == 3
     assert rows[-1]["privacy"]["epsilon"] > rows[0]["privacy"]["epsilon"] > 0
     scored = [r for r in rows if "tss_normalized" in r]
-    assert scored[-1]["perplexity"] < scored[0]["perplexity"]
+    # from round 1: by round 5 the noisy EM is near its level, where fresh noise can lift a later round above it
+    assert scored[0]["round"] == 1 and scored[-1]["perplexity"] < scored[0]["perplexity"]
     assert scored[-1]["tss_normalized"] > 0.6  # the planted topics are found
     for content in seen:  # p(z|d) and counts stay on the node: only M_t leaves it
         assert list(content.array_records) == ["update"] and list(content["update"].keys()) == ["topic-word-statistic"]
