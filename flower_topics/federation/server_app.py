@@ -173,7 +173,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     started = time.time()
     checkpoint = resume_checkpoint(config)  # before anything is sent: a refused resume sends nothing
     start_round = 0 if checkpoint is None else checkpoint.round
-    outputs = RunOutputs(config["output-dir"], resume_from=config["resume"] or None, resume_round=start_round)
+    outputs = RunOutputs(config.output_dir, resume_from=config["resume"] or None, resume_round=start_round)
     timeout = float(config["round-timeout"])
     if checkpoint is None:
         agreement = agree_vocabulary(grid, config, timeout=timeout)
@@ -196,17 +196,17 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         restored = time.time() - started
         strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
     truth = synthetic_truth(config, agreement)
-    data = agreement.data_source(str(config["dataset"]))  # the parties' own files unless all hold shares
+    data = agreement.data_source(config.dataset)  # the parties' own files unless all hold shares
     recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
     if checkpoint is not None:
         recorder.resumed(read_metrics(outputs.metrics_path), restored, time.time() - started)
         console.say("flower-topics: resumed %s after round %d of %d (checkpoint restored in %.2f s, parties "
-                    "ready after %.2f s)%s", config["resume"], checkpoint.round, int(config["num-rounds"]),
+                    "ready after %.2f s)%s", config["resume"], checkpoint.round, config.num_rounds,
                     restored, recorder.resume_seconds,
                     f"; {len(checkpoint.lost_releases)} round(s) released after it and lost are counted"
                     if checkpoint.lost_releases else "")
     console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
-                config["method"], int(config["num-topics"]), int(config["num-rounds"]), data,
+                config.method, config.num_topics, config.num_rounds, data,
                 len(agreement.vocabulary), agreement.mode, agreement.nodes)
     rounds = RoundOffset(strategy, start_round, outputs.directory)
     latest = [initial]
@@ -221,7 +221,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     result = rounds.start(
         grid=grid,
         initial_arrays=initial,
-        num_rounds=int(config["num-rounds"]) - start_round,
+        num_rounds=config.num_rounds - start_round,
         timeout=timeout,
         evaluate_fn=rounds.evaluate_fn(record),
     )
@@ -233,9 +233,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         model.topic_word,
         model.vocabulary,
         metadata={
-            "method": config["method"],
+            "method": config.method,
             "run_config": {**config, "dataset": data},  # the corpus the parties said they read
-            "rounds": int(config["num-rounds"]),
+            "rounds": config.num_rounds,
             "privacy": recorder.privacy().to_dict(),
             "vocabulary_agreement": agreement.summary(),
             "wall_time": time.time() - recorder.started,
@@ -249,9 +249,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_state({key: array.numpy() for key, array in final_arrays.items()})
     outputs.plot()
     for line in console.summary_lines(
-            method=str(config["method"]), topics=model.top_words(10), asked_topics=int(config["num-topics"]),
+            method=config.method, topics=model.top_words(10), asked_topics=config.num_topics,
             last=recorder.last, privacy=recorder.privacy().summary(), directory=str(outputs.directory),
-            seconds=time.time() - recorder.started, notes=get_method(str(config["method"])).notes(config)):
+            seconds=time.time() - recorder.started, notes=get_method(config.method).notes(config)):
         console.say("%s", line)
     return model
 

@@ -188,11 +188,6 @@ class RunConfig(dict):
         return int(self["num-rounds"])
 
     @property
-    def seed(self) -> int:
-        """``seed``: the public seed (node sampling, splits, public initial values; never privacy noise)."""
-        return int(self["seed"])
-
-    @property
     def output_dir(self) -> str:
         """``output-dir``."""
         return str(self["output-dir"])
