@@ -196,8 +196,8 @@ def metric_figures(rows: Sequence[Mapping[str, Any]], label: str, size: tuple[fl
 
     Each figure's title names the metric and ``label`` (the run); rounds are whole numbers on
     the x axis. A metric with values at fewer than ``min_points`` rounds gets no figure (the
-    report shows a metric evaluated once as a number). The figure is a matplotlib `Figure` outside pyplot, and the same one is redrawn for
-    every metric (its axes, ticks and grid are made once: a third of the time of a figure each):
+    report shows a metric evaluated once as a number). The figure is a matplotlib `Figure` outside
+    pyplot, and the same one is redrawn for every metric (its axes, ticks and grid are made once):
     the caller saves or renders it before taking the next.
     """
     from matplotlib.figure import Figure  # not pyplot: no backend, no global figure list, a lighter import

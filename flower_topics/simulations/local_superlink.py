@@ -332,7 +332,7 @@ def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
                    timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
-                   connection: str | None = None, run_log: Path | None = None) -> int:
+                   connection: str | None = None, run_log: Path | None = None, data_checked: bool = False) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
     Before anything starts, the command's ``--run-config`` is checked
@@ -372,6 +372,9 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
         stops, and the failure line names it (``flwr log`` cannot reach a SuperLink that has
         stopped). A caller whose ``flwr_home`` is temporary gives it: the SuperLink's own log
         is then copied beside it (``flower-superlink.log``) when the SuperLink fails.
+    data_checked : bool, default False
+        The caller has already checked the output directory and read the corpus into its shares
+        (``flower-topics simulate``): the run config's keys are still checked, the data not again.
 
     Returns
     -------
@@ -381,7 +384,7 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     """
     app_dir = Path(app_dir).resolve()
     try:
-        check_run_config(command, app_dir, local_data=connection is None,
+        check_run_config(command, app_dir, local_data=connection is None and not data_checked,
                          num_partitions=federation_size(command, num_supernodes))
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)

@@ -156,9 +156,11 @@ def _share_sizes(config: Mapping[str, Any], num_clients: int) -> list[tuple[int,
 def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[str, Any]:
     """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path).
 
-    Before Flower starts (and after :func:`simulate` checked the output directory), the shares are made (reading the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`,
-    which the parties then memory-map): a corpus the parties could not read is one line here, not one error per
-    party after the engine started. A run that fails keeps Flower's log of it in ``out_dir/flower-run.log``.
+    Before Flower starts (and after :func:`simulate` checked the output directory), the shares are made (reading
+    the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`, which the parties then memory-map):
+    a corpus the parties could not read is one line here, not one error per party after the engine started; the
+    launcher then checks the run config's keys only. A run that fails keeps Flower's log of it in
+    ``out_dir/flower-run.log``.
 
     Raises
     ------
@@ -178,7 +180,7 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[
         run_config = write_app(app_dir, config)
         code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
                               num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
-                              flwr_home=Path(tmp) / "flwr-home", run_log=out_dir / RUN_LOG)
+                              flwr_home=Path(tmp) / "flwr-home", run_log=out_dir / RUN_LOG, data_checked=True)
     model_path = out_dir / "model.npz"
     if code != 0 or not model_path.exists():
         raise RunFailed(f"the federated run wrote no model to {out_dir}")
