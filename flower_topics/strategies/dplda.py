@@ -47,6 +47,7 @@ from flwr.app import Array, ArrayRecord
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
+from flower_topics.metrics.inference import align_corpus
 from flower_topics.models.lda import fit_lda
 from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAccountant
 from flower_topics.privacy.privacy_report import PrivacyReport
@@ -89,15 +90,13 @@ def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float, thr
 
 
 def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
-    """``corpus`` over ``vocabulary``'s columns: other words dropped, then documents left empty."""
-    index = {w: i for i, w in enumerate(vocabulary)}
-    column = np.fromiter((index.get(w, -1) for w in corpus.vocabulary), dtype=np.int64, count=corpus.n_words)
-    ids = column[corpus.tokens]
-    kept = ids >= 0
-    lengths = np.bincount(corpus.doc_ids[kept], minlength=corpus.n_docs)
+    """``corpus`` over ``vocabulary``'s columns (:func:`~flower_topics.metrics.inference.align_corpus`: other words
+    dropped), without the documents left empty."""
+    aligned, _ = align_corpus(corpus, vocabulary)
+    lengths = np.diff(aligned.doc_ptr)
     doc_ptr = np.zeros(int((lengths > 0).sum()) + 1, dtype=np.int64)
     np.cumsum(lengths[lengths > 0], out=doc_ptr[1:])
-    return Corpus(tokens=ids[kept], doc_ptr=doc_ptr, vocabulary=tuple(vocabulary))
+    return Corpus(tokens=aligned.tokens, doc_ptr=doc_ptr, vocabulary=aligned.vocabulary)
 
 
 def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
