@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy.spatial.distance import pdist, squareform
 
+from flower_topics.data.prepare import SYNTHETIC
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS
 from flower_topics.topic_model.model_file import TopicModel, load_model
@@ -102,7 +103,7 @@ def shown_config(config: Mapping[str, Any], method: str | None) -> tuple[dict[st
     ``synthetic-*`` options when the run's dataset is not ``synthetic``: this run used none of them.
     """
     others = {spec.key(name) for spec in METHODS.values() if spec.name != method for name in spec.options}
-    synthetic = str(config.get("dataset")) == "synthetic"
+    synthetic = str(config.get("dataset")) == SYNTHETIC
     kept = {key: value for key, value in config.items()
             if key not in others and (synthetic or not str(key).startswith("synthetic-"))}
     return kept, len(config) - len(kept)
