@@ -2,7 +2,7 @@
 
 Through the real launcher (``flower-topics-superlink ... flwr run .``, as the README's
 Quickstart and docs/real-hosts.md run it), in a subprocess: an unknown key, a value out
-of range, a missing dataset, a corpus the parties cannot read (random bytes, an empty file,
+of range, a missing dataset or vocabulary file, a corpus the parties cannot read (random bytes, an empty file,
 no text column), an output directory that already holds a run and a malformed
 ``--run-config`` each give exactly one line, ``flower-topics: error: ...``, and exit status
 2, in seconds and without starting a SuperLink (Flower alone answers ``[code: 15] Invalid
@@ -114,6 +114,13 @@ def test_missing_dataset_is_one_line(tmp_path):
     missing = tmp_path / "no-such-corpus.jsonl"
     line = _one_error(tmp_path, f"dataset='{missing}'")
     assert f"dataset '{missing}' does not exist" in line
+
+
+@pytest.mark.timeout(120)
+def test_missing_vocabulary_file_is_one_line(tmp_path):
+    missing = tmp_path / "no-such-vocabulary.txt"
+    line = _one_error(tmp_path, f"vocabulary='{missing}' num-rounds=1")
+    assert f"vocabulary '{missing}' is neither union, private nor a readable file" in line, line
 
 
 @pytest.mark.timeout(120)

@@ -87,8 +87,9 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
         :func:`~flower_topics.run.outputs.check_output_dir`), and its ``dataset`` is read and
         partitioned as the parties will read it
         (:func:`~flower_topics.data.node_data.check_dataset`, which fills the corpus cache the
-        parties then share). Off for a deployment, where each party names its own file and
-        the ServerApp's machine holds the output directory.
+        parties then share), and a ``vocabulary`` file is read as the ServerApp will read it. Off
+        for a deployment, where each party names its own file and the ServerApp's machine holds
+        the output directory and the vocabulary file.
     num_partitions : int
         ``local_data``: the number of simulated parties the dataset is shared among.
 
@@ -101,15 +102,17 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     ------
     UserInputError
         For a malformed ``--run-config``, an unknown key, a bad value or (``local_data``)
-        an output directory that holds a run or a dataset that is missing or cannot be read;
-        the message is one line.
+        an output directory that holds a run, a dataset or a vocabulary file that is missing or
+        cannot be read; the message is one line.
     """
     import click
     from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
     from flower_topics.data.node_data import check_dataset
+    from flower_topics.federation.vocabulary_agreement import read_vocabulary_file
     from flower_topics.run.config import parse_run_config
     from flower_topics.run.outputs import check_output_dir
+    from flower_topics.wire.agreement import MODES
 
     items = run_config_items(command)
     try:
@@ -127,6 +130,8 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     config = parse_run_config({**defaults, **overrides})
     if local_data:
         check_output_dir(str(config["output-dir"]), str(config["resume"]) or None)
+        if str(config["vocabulary"]) not in MODES:
+            read_vocabulary_file(str(config["vocabulary"]))
         check_dataset(config, num_partitions)
     return config
 
