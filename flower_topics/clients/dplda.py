@@ -42,6 +42,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy.guard import within_budget
+from flower_topics.privacy.ledger import Release
 from flower_topics.privacy.skellam_mechanism import skellam_noise
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire import dplda as wire
@@ -199,5 +200,15 @@ def _secure_headroom(corpus: Corpus, config: ConfigRecord) -> str | None:
                            int(config[ENTRY_LIMIT]))
 
 
+def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...]:
+    """What one round releases, as the run's accountant composes it: a Poisson-subsampled Gaussian (PLD), or under
+    secure aggregation the Skellam of the whole round's noise (its RDP, per sensitivity in integer units)."""
+    settings = wire.DPLDASettings.from_record(config)
+    if settings.secure:
+        return (Release("skellam", settings.noise_multiplier, settings.sample_rate,
+                        sensitivity=settings.sensitivity_units),)
+    return (Release("gaussian", settings.noise_multiplier, settings.sample_rate),)
+
+
 #: The party side of ``dplda``.
-STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom)
+STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom, accounted=accounted)
