@@ -341,3 +341,58 @@ def test_the_ledger_command_prints_each_run_and_the_total(tmp_path, capsys):
     assert f"total: eps {compose(run1 + run2, DELTA):.4g} over 2 runs" in out
     assert "sha256:abc" in out and "cap eps 9" in out
     assert np.isfinite(compose(run1 + run2, DELTA))
+
+
+# --- the deployment engine ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_on_the_deployment_engine_a_second_run_past_the_cap_is_refused_by_the_party(tmp_path):
+    """A SuperLink and one SuperNode on 127.0.0.1 (its own file and ledger), two one-round dplda runs (``flwr run``)
+    against a cap that allows one: the second is refused by the party at its release, the reason in its log and in
+    the run's, and the ledger holds the first run only."""
+    from flower_topics.simulations.local_superlink import (
+        submit,
+        superlink,
+        supernode,
+        wait_for_run,
+        write_connection,
+    )
+    from tests.test_trust_boundary import TOPICS, write_corpus
+
+    root = Path(__file__).resolve().parents[1]
+    corpus = write_corpus(tmp_path / "notes.jsonl", ["pets", "money", "space"], 60, seed=3)
+    vocabulary = tmp_path / "vocabulary.txt"
+    vocabulary.write_text("\n".join(sorted({w for words in TOPICS.values() for w in words})) + "\n")
+    settings = {"method": "dplda", "num-topics": 3, "num-rounds": 1, "min-nodes": 1, "vocabulary": str(vocabulary),
+                "federated-eval": False, "dplda.epsilon": 2.0, "dplda.sample-rate": 0.5, "dplda.init": "random",
+                "verbose": True}
+    planned = dplda_wire.planned_releases(parse_run_config(settings))
+    one, two = compose(planned, DELTA), compose(planned * 2, DELTA)
+    cap = (one + two) / 2  # one run fits, two do not
+    book = tmp_path / "party" / "ledger.json"
+    book.parent.mkdir()
+    home, logs = tmp_path / "flwr-home", tmp_path / "logs"
+    node_config = f"dataset='{corpus}' privacy-ledger='{book}' lifetime-epsilon={cap!r}"
+
+    def run_config(name: str) -> list[str]:
+        items = {**settings, "output-dir": str(tmp_path / name)}
+        return [" ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={str(v).lower()}" if isinstance(v, bool)
+                         else f"{k}={v}" for k, v in items.items())]
+
+    with superlink(home, simulation=False, log_path=logs / "superlink.log") as port:
+        write_connection(home, f"127.0.0.1:{port}")
+        with supernode(home, port, node_config, log_path=logs / "supernode.log"):
+            first = submit(root, home, run_config("first"))
+            assert wait_for_run(root, home, first, timeout=240).startswith("finished:completed")
+            assert [e.run for e in read_ledger(book).entries] == [first]
+            second = submit(root, home, run_config("second"))
+            status = wait_for_run(root, home, second, timeout=240)
+    assert not status.startswith("finished:completed"), status
+    party_log = (logs / "supernode.log").read_text(errors="replace")
+    refusals = [line for line in party_log.splitlines() if "past the lifetime cap" in line]
+    assert refusals and all(f"lifetime cap {cap:g}" in line for line in refusals)
+    entries = read_ledger(book).entries
+    assert [e.run for e in entries] == [first] and entries[0].method == "dplda"
+    assert read_ledger(book).spent(entries[0].documents, DELTA) == pytest.approx(one, rel=1e-12)
+    assert stat.S_IMODE(book.stat().st_mode) == 0o600
