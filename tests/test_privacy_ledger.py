@@ -287,6 +287,44 @@ def test_a_message_answered_again_after_a_restart_is_one_release(tmp_path, monke
     assert after == before
 
 
+@pytest.mark.parametrize("secure", [False, True])
+def test_every_release_of_a_run_is_recorded_as_the_runs_own_accountant_composes_it(tmp_path, monkeypatch, secure):
+    """Every round (Gaussian, or Skellam under secure aggregation) and the private vocabulary (its eps, delta; the
+    plain run): the ledger's total after one run is the run's own report, to the last digits."""
+    vocabulary = {} if secure else {"vocabulary": "private", "vocabulary-epsilon": 4.0, "vocabulary-delta": 1e-6,
+                                    "vocabulary-max-words": 3}
+    config = {**RUN, **vocabulary, "synthetic-docs-per-node": 200, "dplda.epsilon": 10.0, "secure-aggregation": secure}
+    parties = 3 if secure else 2
+    nodes = [{"partition-id": i, "num-partitions": parties, "privacy-ledger": str(tmp_path / f"ledger-{i}.json"),
+              "lifetime-epsilon": 100.0} for i in range(parties)]
+    model = _run(tmp_path, config, nodes, 1, _Party(config, monkeypatch))
+    report = model.metadata["privacy"]
+    for i in range(parties):
+        book = read_ledger(tmp_path / f"ledger-{i}.json")
+        rounds = [e for e in book.entries if e.method == "dplda"]
+        assert [e.release.mechanism for e in rounds] == ["skellam" if secure else "gaussian"] * 2
+        if secure:
+            assert rounds[0].release.sensitivity == 2.0 * 256.0  # C x quantum
+        else:
+            assert [e.release for e in book.entries if e.method == "vocabulary"] == [
+                Release(APPROX_DP, epsilon=4.0, delta=1e-6)]
+        assert book.spent(book.fingerprints()[0], DELTA) == pytest.approx(report["epsilon"], rel=1e-9)
+
+
+def test_ntm_with_dp_declares_its_dp_sgd_steps_and_without_dp_nothing():
+    from flower_topics.clients import ntm
+    from flower_topics.data.corpus import Corpus
+    from flower_topics.wire.ntm import NTMSettings
+
+    corpus = Corpus(np.arange(50, dtype=np.int32) % 5, np.arange(0, 51, 5, dtype=np.int64), tuple("abcde"))
+    base = parse_run_config({"method": "ntm", "ntm.batch-size": 4, "ntm.noise-multiplier": 1.3})
+    record = NTMSettings.from_record({**base, "server-round": 1}).to_record()
+    assert ntm.STEP.accounted(record, corpus) == (Release("gaussian", 1.3, 0.4),)  # q = 4 / 10 documents
+    local = {**record, "ntm.sync": "local", "ntm.local-steps": 7}
+    assert ntm.STEP.accounted(local, corpus) == (Release("gaussian", 1.3, 0.4, steps=7),)
+    assert ntm.STEP.accounted({**record, "ntm.dp": False}, corpus) is None
+
+
 def test_a_ledger_path_that_cannot_be_written_is_one_line_before_round_1(tmp_path, monkeypatch):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
