@@ -351,10 +351,13 @@ def test_a_lifetime_epsilon_below_one_run_is_one_line_before_round_1(tmp_path, m
     assert len(refusals) == 2 and all(f"eps {one_run:.4g}" in r for r in refusals)
     assert not any(m.startswith("train") for m in _answered(party))
     assert not (tmp_path / "ledger-0.json").exists()
-    with pytest.raises(UserInputError, match="needs lifetime-epsilon > 0"):
-        from flower_topics.federation.party_ledger import ledger_settings
+    from flower_topics.federation.party_ledger import ledger_settings
 
+    with pytest.raises(UserInputError, match="needs lifetime-epsilon > 0"):
         ledger_settings({"privacy-ledger": str(tmp_path / "l.json")})
+    for key, value, why in (("lifetime-epsilon", "nan", "is not a number"), ("lifetime-delta", "0", "must be in")):
+        with pytest.raises(UserInputError, match=f"node-config '{key}' = '{value}' {why}"):
+            ledger_settings({"privacy-ledger": str(tmp_path / "l.json"), "lifetime-epsilon": 1.0, key: value})
 
 
 def test_a_party_with_a_ledger_refuses_a_release_without_document_level_accounting(tmp_path, monkeypatch):
