@@ -382,6 +382,8 @@ def test_the_ledger_command_prints_each_run_and_the_total(tmp_path, capsys):
     assert f"total: eps {compose(run1 + run2, DELTA):.4g} over 2 runs" in out
     assert "sha256:abc" in out and "cap eps 9" in out
     assert np.isfinite(compose(run1 + run2, DELTA))
+    assert main(["ledger", str(tmp_path / "typo.json")]) == 2  # a wrong path is not an empty ledger
+    assert "no ledger there" in capsys.readouterr().err
 
 
 # --- the deployment engine ---------------------------------------------------------------------------------------

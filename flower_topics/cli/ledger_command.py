@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from flower_topics.errors import UserInputError
@@ -35,6 +36,8 @@ def _releases(entries: list[Entry]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the ledger ``args.file``; 0, or :class:`UserInputError` (one line) for a damaged one."""
+    if not Path(args.file).is_file():
+        raise UserInputError(f"{args.file}: no ledger there (a party's privacy-ledger file)")
     ledger = read_ledger(args.file)
     delta = args.delta if args.delta is not None else (ledger.delta or 1e-5)
     if not 0 < delta < 1:
