@@ -27,7 +27,9 @@ The party keeps its own accountant: the (sigma, q) of every release it made in t
 refuses a release (BAD_INPUT, one line) that would take its own document-level epsilon,
 composed with what its vocabulary release spent, over the run's target or over its own cap
 (node config ``max-epsilon``), whatever the server's arithmetic says; and a round whose
-expected sample ``q x documents`` is below one document.
+expected sample ``q x documents`` is below one document. Over several runs on the same documents, a
+party with a privacy ledger (node config ``privacy-ledger``) records each release (:func:`accounted`)
+before it leaves and caps all runs together (:mod:`flower_topics.federation.party_ledger`).
 """
 
 from __future__ import annotations
