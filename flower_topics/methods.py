@@ -24,6 +24,7 @@ from flower_topics.wire import dplda, fedlda, ftm, lda, ntm, pctd
 
 if TYPE_CHECKING:
     from flower_topics.clients.base import LocalStep
+    from flower_topics.privacy.ledger import Release
     from flower_topics.strategies.base import TopicStrategy
     from flower_topics.wire.protocol import ReplySpec
 
@@ -35,6 +36,11 @@ def _no_check(config: Mapping[str, Any]) -> None:
 def _no_notes(config: Mapping[str, Any]) -> Iterable[str]:
     """The default :attr:`MethodSpec.quality_notes`: none."""
     return ()
+
+
+def _no_plan(config: Mapping[str, Any]) -> tuple[Release, ...] | None:
+    """The default :attr:`MethodSpec.planned_releases`: not known from the run config (None)."""
+    return None
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,10 @@ class MethodSpec:
         The key of ``state.npz`` that holds the run's final integer ``K x V`` topic-word
         token counts, from which the report shows each topic's share of the training
         tokens (None: the method keeps no such counts).
+    planned_releases : callable, default not known
+        ``planned_releases(config) -> releases or None``: what one whole run of this run config releases
+        of a party's documents (:class:`~flower_topics.privacy.ledger.Release`); a party with a privacy
+        ledger refuses, before round 1, a run that alone would spend more than its lifetime cap.
     """
 
     name: str
@@ -90,6 +100,7 @@ class MethodSpec:
     quality_notes: Callable[[Mapping[str, Any]], Iterable[str]] = _no_notes
     fixed_on_resume: Mapping[str, str] = field(default_factory=dict)
     topic_counts: str | None = None
+    planned_releases: Callable[[Mapping[str, Any]], tuple[Release, ...] | None] = _no_plan
 
     @property
     def options(self) -> Mapping[str, Option]:
@@ -152,6 +163,7 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
                "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
                "flower_topics.clients.dplda:STEP", private=True, secure_sum=dplda.SECURE_SUM, node_options=dplda.NODE_OPTIONS,
                check_config=dplda.check_config, quality_notes=dplda.quality_notes,
+               planned_releases=dplda.planned_releases,
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
                                               "whole-run budget; another num-rounds would change the noise"}),
 )})
@@ -160,8 +172,9 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
 def all_node_options() -> dict[str, Option]:
     """Every node-config key a party may set: the data and federation keys, then each method's own."""
     from flower_topics.data.node_data import NODE_OPTIONS
+    from flower_topics.privacy.ledger import LEDGER_OPTIONS
 
-    table = dict(NODE_OPTIONS)
+    table = {**NODE_OPTIONS, **LEDGER_OPTIONS}
     for spec in METHODS.values():
         table.update(spec.node_options)
     return table

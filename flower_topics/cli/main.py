@@ -108,6 +108,9 @@ def _parser() -> argparse.ArgumentParser:
     from flower_topics.cli.model_commands import add_commands
 
     add_commands(sub)  # infer, report, export
+    from flower_topics.cli.ledger_command import add_command
+
+    add_command(sub)  # ledger
     return parser
 
 
@@ -242,6 +245,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(args)
         if args.command == "vocabulary":
             return _vocabulary(args)
+        if args.command == "ledger":
+            from flower_topics.cli.ledger_command import run as ledger
+
+            return ledger(args)
         return _simulate(args) if args.command == "simulate" else _evaluate(args)
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)

@@ -26,6 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
+from flower_topics.privacy.ledger import Release
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 
 Update = tuple[dict[str, np.ndarray], dict[str, int | float]]
@@ -34,6 +35,11 @@ Update = tuple[dict[str, np.ndarray], dict[str, int | float]]
 
 def no_secure_limit(corpus: Corpus, config: ConfigRecord) -> str | None:
     """The default :attr:`LocalStep.secure_headroom`: nothing to check."""
+    return None
+
+
+def unaccounted(settings: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] | None:
+    """The default :attr:`LocalStep.accounted`: a round whose release has no document-level accounting (None)."""
     return None
 
 
@@ -55,11 +61,18 @@ class LocalStep:
         settings carry this party's entry limit, ``secure-sum.entry-limit``, and its share of
         the noise, ``secure-sum.noise-share``, where the method adds one), why this party's
         reply could exceed the most it may add without the sum wrapping, or None.
+    accounted : callable, default none
+        ``accounted(settings, corpus) -> releases or None``: what one round with these settings releases of the
+        party's documents, as its accountant composes it (:class:`~flower_topics.privacy.ledger.Release`), or
+        None when the release has no document-level accounting. A party that keeps a privacy ledger
+        (node config ``privacy-ledger``) records these before the reply leaves, and refuses a round whose
+        release is not accounted.
     """
 
     state: type
     run: Callable[[ArrayRecord, ConfigRecord, Corpus, Any, int], Update]
     secure_headroom: Callable[[Corpus, ConfigRecord], str | None] = no_secure_limit
+    accounted: Callable[[ConfigRecord, Corpus], tuple[Release, ...] | None] = unaccounted
 
     def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int) -> Update:
         """One round (:attr:`run`), refused in one line before anything is computed when it is a secure-sum

@@ -27,7 +27,9 @@ The party keeps its own accountant: the (sigma, q) of every release it made in t
 refuses a release (BAD_INPUT, one line) that would take its own document-level epsilon,
 composed with what its vocabulary release spent, over the run's target or over its own cap
 (node config ``max-epsilon``), whatever the server's arithmetic says; and a round whose
-expected sample ``q x documents`` is below one document.
+expected sample ``q x documents`` is below one document. Over several runs on the same documents, a
+party with a privacy ledger (node config ``privacy-ledger``) records each release (:func:`accounted`)
+before it leaves and caps all runs together (:mod:`flower_topics.federation.party_ledger`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy.guard import within_budget
+from flower_topics.privacy.ledger import Release
 from flower_topics.privacy.skellam_mechanism import skellam_noise
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire import dplda as wire
@@ -199,5 +202,15 @@ def _secure_headroom(corpus: Corpus, config: ConfigRecord) -> str | None:
                            int(config[ENTRY_LIMIT]))
 
 
+def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...]:
+    """What one round releases, as the run's accountant composes it: a Poisson-subsampled Gaussian (PLD), or under
+    secure aggregation the Skellam of the whole round's noise (its RDP, per sensitivity in integer units)."""
+    settings = wire.DPLDASettings.from_record(config)
+    if settings.secure:
+        return (Release("skellam", settings.noise_multiplier, settings.sample_rate,
+                        sensitivity=settings.sensitivity_units),)
+    return (Release("gaussian", settings.noise_multiplier, settings.sample_rate),)
+
+
 #: The party side of ``dplda``.
-STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom)
+STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom, accounted=accounted)

@@ -59,6 +59,7 @@ from flower_topics.models.ntm import (
 )
 from flower_topics.models.ntm_federated import batch_tensors, build_model, dp_gradient
 from flower_topics.privacy.accountants import RDPAccountant
+from flower_topics.privacy.ledger import Release
 from flower_topics.secure_sum.party import ENTRY_LIMIT
 from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import ntm as wire
@@ -312,7 +313,18 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     return secure_update(update, weight, metrics.get("loss"), settings, limit, rng), {}
 
 
+def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] | None:
+    """With DP, a round's DP-SGD steps on this party's documents (Poisson-subsampled Gaussian releases at its
+    ``q``); without DP, None (its gradient or weights have no document-level accounting)."""
+    settings = NTMSettings.from_record(config)
+    if not settings.dp or corpus.n_docs == 0:
+        return None
+    steps = 1 if settings.sync == "minibatch" else settings.local_steps
+    return (Release("gaussian", settings.noise_multiplier, sample_rate(corpus.n_docs, settings), steps=steps),)
+
+
 #: The party side of ``ntm``.
 STEP = LocalStep(state=NTMClientState, run=local_step,
                  secure_headroom=lambda corpus, config: secure_headroom(corpus, NTMSettings.from_record(config),
-                                                                        int(config[ENTRY_LIMIT])))
+                                                                        int(config[ENTRY_LIMIT])),
+                 accounted=accounted)

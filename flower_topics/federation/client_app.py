@@ -41,7 +41,7 @@ from flwr.common import log
 
 from flower_topics import secure_sum
 from flower_topics.evaluation import federated as evaluation
-from flower_topics.federation import party_state
+from flower_topics.federation import party_ledger, party_state
 from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
@@ -224,6 +224,7 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     state = load_state(context, state_name, step.state())
     seed = party_seed(context, config, private=spec.private)
     arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed)
+    party_ledger.record_round(context, config, spec.name, step.accounted(settings, corpus))  # before it leaves
     if secure is not None:
         order = spec.reply_spec(settings, corpus.n_words).arrays
         vector = np.concatenate([np.asarray(arrays[key]).ravel() for key in order])
@@ -353,7 +354,8 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
                 if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
                     log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
                         context.run_id)
-                reply = step(msg, context, config)
+                reply = party_ledger.guarded(step, msg, context, config,
+                                             context.run_config if run_config is None else run_config)
                 if keeps_state:
                     party_state.persist(context)
                 return reply

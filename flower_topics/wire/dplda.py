@@ -24,6 +24,7 @@ from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 if TYPE_CHECKING:
     from flower_topics.privacy.accountants import Accountant, Budget
+    from flower_topics.privacy.ledger import Release
 
 METHOD = "dplda"
 #: Its reply is a sum (of clipped per-document statistics plus noise): it can go through secure aggregation,
@@ -236,6 +237,23 @@ def rounds_epsilon(settings: DPLDASettings, rounds: int, delta: float) -> float:
 def settings(config: Mapping[str, Any]) -> DPLDASettings:
     """The settings every party receives, from a validated run config (sigma calibrated)."""
     return DPLDASettings.from_record({**config, "dplda.noise-multiplier": noise_multiplier(config)})
+
+
+def planned_releases(config: Mapping[str, Any]) -> tuple[Release, ...]:
+    """What one whole run of this run config releases of a party's documents: ``num-rounds`` rounds at the
+    calibrated ``sigma`` (Gaussian, or Skellam under secure aggregation) and a ``private`` vocabulary's
+    ``(eps, delta)`` (what a party's privacy ledger checks its lifetime cap against before round 1)."""
+    from flower_topics.privacy.ledger import APPROX_DP, Release
+
+    run = settings(config)
+    rounds = int(config["num-rounds"])
+    mechanism = "skellam" if run.secure else "gaussian"
+    planned = [Release(mechanism, run.noise_multiplier, run.sample_rate, steps=rounds,
+                       sensitivity=run.sensitivity_units if run.secure else 0.0)]
+    if str(config["vocabulary"]) == "private":
+        planned.append(Release(APPROX_DP, epsilon=float(config["vocabulary-epsilon"]),
+                               delta=float(config["vocabulary-delta"])))
+    return tuple(planned)
 
 
 def quality_notes(config: Mapping[str, Any]) -> list[str]:
