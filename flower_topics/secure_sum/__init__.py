@@ -7,6 +7,11 @@ SecAgg (Bonawitz et al., CCS 2017) with the complete graph, built from Flower's 
 (the server's relay and unmasking) and :mod:`~flower_topics.secure_sum.crypto`.
 """
 
-from flower_topics.secure_sum.protocol import MASKED_KEY, MESSAGE_TYPE, ROUND_RECORD, SecureSumSettings
+from flower_topics.secure_sum.protocol import (
+    MASKED_KEY,
+    MESSAGE_TYPE,
+    ROUND_RECORD,
+    SecureSumSettings,
+)
 
 __all__ = ["MASKED_KEY", "MESSAGE_TYPE", "ROUND_RECORD", "SecureSumSettings"]

@@ -1,11 +1,12 @@
-"""The cryptography of the secure sum, all from well-kept libraries; nothing here is home-made.
+"""The cryptography of the secure sum, from well-kept libraries; only the Shamir arithmetic is ours.
 
 - Key agreement: ECDH on NIST P-384 (``cryptography``), the shared secret through HKDF-SHA256:
   Flower's :func:`~flwr.common.secure_aggregation.crypto.symmetric_encryption.generate_shared_key`.
 - Authenticated encryption of the Shamir shares between two parties: Fernet (AES-128-CBC with
   HMAC-SHA256), Flower's ``encrypt`` / ``decrypt``.
-- Secret sharing: Shamir over GF(2^128) (pycryptodome), Flower's
-  :func:`~flwr.common.secure_aggregation.crypto.shamir.create_shares` / ``combine_shares``.
+- Secret sharing: Shamir over the field of the prime ``2^521 - 1``
+  (:mod:`~flower_topics.secure_sum.shamir`; a mask seed or a P-384 private scalar is one
+  field element).
 - Masks: AES-256 in counter mode (``cryptography``) keyed by HKDF-SHA256 of the mask seed.
   Flower's own ``pseudo_rand_gen`` is not used: it folds a seed to 32 bits and draws from
   numpy's Mersenne Twister, so a server could search all 2^32 seeds of a mask.
@@ -18,11 +19,24 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from flwr.common.secure_aggregation.crypto.shamir import combine_shares, create_shares
-from flwr.common.secure_aggregation.crypto.symmetric_encryption import decrypt, encrypt, generate_shared_key
+from flwr.common.secure_aggregation.crypto.symmetric_encryption import (
+    decrypt,
+    encrypt,
+    generate_shared_key,
+)
 
-__all__ = ["new_private_key", "public_bytes", "private_bytes", "load_private", "shared_key", "mask",
-           "create_shares", "combine_shares", "encrypt", "decrypt"]
+__all__ = [
+    "decrypt",
+    "encrypt",
+    "from_scalar",
+    "load_private",
+    "mask",
+    "new_private_key",
+    "private_bytes",
+    "private_scalar",
+    "public_bytes",
+    "shared_key",
+]
 
 CURVE = ec.SECP384R1()
 
@@ -50,6 +64,16 @@ def load_private(data: bytes) -> ec.EllipticCurvePrivateKey:
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError("not an elliptic-curve private key")
     return key
+
+
+def private_scalar(key: ec.EllipticCurvePrivateKey) -> int:
+    """``key``'s private scalar (below the P-384 group order, so one Shamir field element)."""
+    return key.private_numbers().private_value
+
+
+def from_scalar(value: int) -> ec.EllipticCurvePrivateKey:
+    """The P-384 private key of the scalar ``value`` (:func:`private_scalar`'s inverse)."""
+    return ec.derive_private_key(value, CURVE)
 
 
 def shared_key(private: ec.EllipticCurvePrivateKey, peer_public: bytes) -> bytes:

@@ -32,8 +32,9 @@ al. 2020 for SecAgg+, whose sparse graph we replace by the complete one at our p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import MessageType
@@ -69,7 +70,7 @@ class SecureSumSettings:
             raise ValueError("tolerance must be >= 0")
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "SecureSumSettings":
+    def from_config(cls, config: Mapping[str, Any]) -> SecureSumSettings:
         """The settings of a validated run config."""
         return cls(bits=int(config["secure-aggregation-bits"]), tolerance=int(config["secure-aggregation-tolerance"]))
 
