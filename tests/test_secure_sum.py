@@ -59,7 +59,7 @@ def test_sum_is_exact_and_masked_vectors_look_nothing_like_the_values():
     rng = np.random.default_rng(1)
     nodes = [11, 22, 33, 44, 55]
     values = {n: rng.integers(-1000, 1000, size=500) for n in nodes}
-    total, masked, grid = run_round(nodes, values, SecureSumSettings(bits=32, tolerance=1))
+    total, masked, _ = run_round(nodes, values, SecureSumSettings(bits=32, tolerance=1))
     np.testing.assert_array_equal(total, sum(values.values()))
     for node in nodes:  # what the server received is not the value, nor the value plus a constant
         assert masked[node].dtype == np.uint32
@@ -145,8 +145,8 @@ def test_a_reply_replayed_from_an_earlier_round_is_refused_with_one_line_and_the
         records = secure.setup()
     assert sorted(records) == [1, 3, 4, 5]  # party 2's stale reply is not taken: it counts as dropped
     refused = [r.getMessage() for r in caplog.records if "replayed or reordered" in r.getMessage()]
-    assert refused == ["round 4: secure sum 'shares': node 2: refused a reply for stage 'shares' of round 3 "
-                       "(a replayed or reordered message)"]
+    assert refused == [("round 4: secure sum 'shares': node 2: refused a reply for stage 'shares' of round 3 "
+                        "(a replayed or reordered message)")]
     masked = {n: party.mask_update(grid.states[n], n, record, values[n]) for n, record in records.items()}
     np.testing.assert_array_equal(secure.unmask(masked), np.full(8, 10 * (1 + 3 + 4 + 5)))
 

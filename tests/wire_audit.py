@@ -11,7 +11,7 @@ What may leave a party, by message type (README, "What leaves a party"):
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``); under
   secure aggregation, one masked integer vector of the protocol's arrays and nothing else;
 - ``query.secure_sum`` (every reply marked with its stage and round): stage ``keys``, two
-  P-384 public keys; ``shares``, one Fernet ciphertext per neighbour (all of one length)
+  X25519 public keys; ``shares``, one Fernet ciphertext per neighbour (all of one length)
   addressed to participants it was sent; ``unmask``, per party of the request, a share of
   its self-mask seed if it is alive or of its mask key if it dropped out, never both
   (:mod:`flower_topics.secure_sum`);
@@ -145,8 +145,8 @@ def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: "
                          f"{ {k: sorted(v.keys()) for k, v in reply.content.items()} }")
     answer, asked = reply.content[CONFIG], request.content[CONFIG]
-    if stage == "keys" and not all(isinstance(answer[k], bytes) and len(answer[k]) == 120 for k in ("c-pk", "s-pk")):
-        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not two DER P-384 public keys")
+    if stage == "keys" and not all(isinstance(answer[k], bytes) and len(answer[k]) == 44 for k in ("c-pk", "s-pk")):
+        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not two DER X25519 public keys")
     if (str(answer["stage"]), int(answer["round"])) != (stage, int(asked["round"])):
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: not marked with its stage and round")
     if stage == "shares":  # one ciphertext per neighbour in the round's graph, all of them when it is complete

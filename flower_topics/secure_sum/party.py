@@ -123,18 +123,20 @@ def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> d
     seed = os.urandom(32)
     seed_shares = shamir.split(int.from_bytes(seed, "big"), graph.threshold, xs)
     key_shares = shamir.split(crypto.private_scalar(s_key), graph.threshold, xs)
-    destinations, ciphertexts = [], []
-    for peer, seed_share, key_share in zip(holders, seed_shares, key_shares):
+    destinations, ciphertexts, channel_keys = [], [], []
+    for peer, seed_share, key_share in zip(holders, seed_shares, key_shares, strict=True):
         plain = share_keys_plaintext_concat(node_id, peer, shamir.encode(seed_share), shamir.encode(key_share))
         if peer == node_id:
             own = plain
             continue
+        channel_keys.append(crypto.shared_key(c_key, bytes(c_pks[nodes.index(peer)])))
         destinations.append(str(peer))
-        ciphertexts.append(crypto.encrypt(crypto.shared_key(c_key, bytes(c_pks[nodes.index(peer)])), plain))
+        ciphertexts.append(crypto.encrypt(channel_keys[-1], plain))
     record["stage"] = "shares"
     record["self-seed"] = seed
     record["nodes"] = [str(n) for n in nodes]
-    record["neighbours"] = [str(n) for n in sorted(graph.neighbours[node_id])]
+    record["neighbours"] = destinations  # sorted, with the Fernet key shared with each in "channel-keys"
+    record["channel-keys"] = channel_keys
     record["threshold"] = graph.threshold
     record["c-pk"] = [bytes(b) for b in c_pks]
     record["s-pk"] = [bytes(b) for b in s_pks]
@@ -167,21 +169,27 @@ def mask_update(state: RecordDict, node_id: int, request: Mapping[str, Any], val
         raise UserInputError(f"secure sum: an entry of this party's update, {int(np.abs(values).max())}, exceeds "
                              f"{limit}, the most that {len(nodes)} parties can add modulo 2^{settings.bits} without "
                              f"wrapping; use a larger secure-aggregation-bits")
-    c_key, s_key = crypto.load_private(bytes(record["c-sk"])), crypto.load_private(bytes(record["s-sk"]))
-    for sender, ciphertext in zip(senders, ciphertexts):  # check now that every share opens and is ours
-        c_pk = bytes(record["c-pk"][nodes.index(sender)])
-        src, dst, _, _ = share_keys_plaintext_separate(crypto.decrypt(crypto.shared_key(c_key, c_pk), ciphertext))
+    s_key = crypto.load_private(bytes(record["s-sk"]))
+    channel = dict(zip(_ids(record["neighbours"]), record["channel-keys"], strict=True))
+    opened = []
+    for sender, ciphertext in zip(senders, ciphertexts, strict=True):  # check now that every share opens and is ours
+        opened.append(crypto.decrypt(bytes(channel[sender]), ciphertext))
+        src, dst, _, _ = share_keys_plaintext_separate(opened[-1])
         if (src, dst) != (sender, node_id):
             raise UserInputError("secure sum: a forwarded share is addressed to another party")
     record["stage"] = "mask"
     masked = settings.reduce(values.ravel().astype(np.int64))
-    masked += crypto.mask(bytes(record["self-seed"]), self_context(server_round, node_id), values.size)
+    masked += crypto.mask(bytes(record["self-seed"]), self_context(server_round, node_id), values.size, settings.bits)
     for peer in senders:
         s_pk = bytes(record["s-pk"][nodes.index(peer)])
-        pair = crypto.mask(crypto.shared_key(s_key, s_pk), mask_context(server_round, node_id, peer), values.size)
-        masked = masked + pair if pair_sign(node_id, peer) > 0 else masked - pair
+        pair = crypto.mask(crypto.shared_key(s_key, s_pk), mask_context(server_round, node_id, peer), values.size,
+                           settings.bits)
+        if pair_sign(node_id, peer) > 0:
+            masked += pair
+        else:
+            masked -= pair
     record["senders"] = [str(s) for s in senders]
-    record["ciphertexts"] = ciphertexts
+    record["opened"] = opened  # the shares addressed to this party, in this party's own state only
     return settings.reduce(masked).astype(settings.wire_dtype)
 
 
@@ -205,12 +213,10 @@ def unmask(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[
     if len(alive) < survivors:
         raise UserInputError(f"secure sum: {len(alive)} parties alive, the threshold is {survivors}")
     record["stage"] = "unmask"
-    c_key = crypto.load_private(bytes(record["c-sk"]))
     shares_of, seed_shares, key_shares = [], [], []
     opened = {node_id: bytes(record["own-share"])}
-    for sender, ciphertext in zip(_ids(record["senders"]), record["ciphertexts"]):
-        c_pk = bytes(record["c-pk"][nodes.index(sender)])
-        opened[sender] = crypto.decrypt(crypto.shared_key(c_key, c_pk), bytes(ciphertext))
+    opened.update({sender: bytes(plain) for sender, plain in zip(_ids(record["senders"]), record["opened"],
+                                                                 strict=True)})
     for peer in sorted(mine):
         _, _, seed_share, key_share = share_keys_plaintext_separate(opened[peer])
         shares_of.append(str(peer))

@@ -174,12 +174,15 @@ class SecureRound:
         for node in alive:
             total += np.asarray(masked[node]).astype(np.uint64).ravel()
             seed = secret(node, "self-mask seed").to_bytes(32, "big")
-            total -= crypto.mask(seed, self_context(self.server_round, node), size)
+            total -= crypto.mask(seed, self_context(self.server_round, node), size, self.settings.bits)
         for node in dropped:
             key = crypto.from_scalar(secret(node, "mask key"))
             for peer in sorted(self.graph.neighbours[node] & set(alive)):
                 pair = crypto.mask(crypto.shared_key(key, self.public_keys[peer][1]),
-                                   mask_context(self.server_round, peer, node), size)
+                                   mask_context(self.server_round, peer, node), size, self.settings.bits)
                 # the alive peer added pair_sign(peer, node) * pair; take it out
-                total = total - pair if pair_sign(peer, node) > 0 else total + pair
+                if pair_sign(peer, node) > 0:
+                    total -= pair
+                else:
+                    total += pair
         return self.settings.centered(total)

@@ -1,6 +1,6 @@
 """Shamir secret sharing over the prime field of ``p = 2^521 - 1``, with Python's C integers.
 
-A secret is one field element (a 32-byte mask seed or a P-384 private scalar, both below
+A secret is one field element (a 32-byte mask seed or an X25519 private key, both below
 ``p``). :func:`split` draws the ``t - 1`` random coefficients of a polynomial ``f`` with
 ``f(0) = secret`` from OS entropy (:func:`secrets.randbelow`) and hands holder ``x`` the
 share ``(x, f(x))``; any ``t`` shares give ``f(0)`` by Lagrange interpolation at 0, and
