@@ -70,7 +70,7 @@ def test_the_sparse_parameters_meet_the_bounds_they_claim(parties, tolerance):
     # and the smallest such k: k - 2 fails one of them
     if k > 2:
         smaller = [t2 for t2 in range(2, k - 1) if
-                   (0.0 if k - 2 > 2 * T else 1.0) + n * max(hypergeom(n - 1, T, k - 2).sf(t2 - 1),
+                   2.0 ** log2_disconnected(n, k - 2, 2 * T) + n * max(hypergeom(n - 1, T, k - 2).sf(t2 - 1),
                                                              hypergeom(n - 1, T, k - 2).sf(2 * t2 - k))
                    <= 2.0 ** -SECURITY_BITS
                    and n * (hypergeom(n - 1, max(T - 1, 0), k - 2).sf(k - 2 - t2)
@@ -219,3 +219,13 @@ class StrippingGrid(FakeGrid):
                 for key in ("nodes", "seed-shares", "key-shares"):
                     record[key] = [record[key][i] for i in keep]
         return replies
+
+
+def test_at_five_parties_a_round_is_secaggs_every_party_shares_with_every_other_at_n_minus_t():
+    nodes = [11, 22, 33, 44, 55]
+    values = {n: np.full(8, n, dtype=np.int64) for n in nodes}
+    secure, total, grid = _sparse_round(nodes, values, SecureSumSettings(bits=32, tolerance=1), drop_after_shares=(33,))
+    np.testing.assert_array_equal(total, np.full(8, 11 + 22 + 44 + 55))
+    assert secure.graph.design.complete and secure.graph.threshold == 4
+    for node in nodes:
+        assert sorted(map(int, grid.states[node][party.STATE]["neighbours"])) == sorted(set(nodes) - {node})
