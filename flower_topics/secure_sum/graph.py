@@ -36,7 +36,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from scipy.stats import hypergeom
 
@@ -165,9 +165,17 @@ class RoundGraph:
         """``owner`` and its neighbours, sorted: who holds a share of its secrets."""
         return sorted(self.neighbours[owner] | {owner})
 
+    def holds(self, holder: int, owner: int) -> bool:
+        """Whether ``holder`` holds a share of ``owner``'s secrets."""
+        return holder == owner or holder in self.neighbours[owner]
+
     def x(self, holder: int) -> int:
         """The Shamir abscissa of ``holder``'s shares."""
-        return self.nodes.index(holder) + 1
+        return self._abscissa[holder]
+
+    @cached_property
+    def _abscissa(self) -> dict[int, int]:
+        return {node: i + 1 for i, node in enumerate(self.nodes)}
 
 
 def graph_seed(server_round: int, nodes: Sequence[int], c_pks: Sequence[bytes], s_pks: Sequence[bytes]) -> bytes:
@@ -186,7 +194,8 @@ def harary(nodes: Sequence[int], degree: int, seed: bytes) -> dict[int, frozense
     if degree >= m - 1:
         return {node: frozenset(set(ring) - {node}) for node in ring}
     half = degree // 2
-    return {node: frozenset(ring[(i + d) % m] for d in range(-half, half + 1) if d) for i, node in enumerate(ring)}
+    around = ring[-half:] + ring + ring[:half]  # ring[i]'s neighbours are around[i : i + half] and around[i + half + 1 : ...]
+    return {node: frozenset(around[i:i + half] + around[i + half + 1:i + 2 * half + 1]) for i, node in enumerate(ring)}
 
 
 def round_graph(server_round: int, participants: int, tolerance: int, nodes: Sequence[int],

@@ -151,7 +151,7 @@ class SecureRound:
             for owner, seed_share, key_share in zip(reply["nodes"], reply["seed-shares"], reply["key-shares"]):
                 owner = int(owner)
                 wanted = bytes(seed_share) if owner in alive else bytes(key_share) if owner in dropped else b""
-                if wanted and holder in self.graph.holders(owner):
+                if wanted and self.graph.holds(holder, owner):
                     try:
                         share = shamir.decode(wanted)
                         if share[0] != self.graph.x(holder):
