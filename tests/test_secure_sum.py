@@ -177,3 +177,12 @@ def test_a_party_masks_once_a_round():
     party.mask_update(grid.states[1], 1, records[1], np.ones(4, dtype=np.int64))
     with pytest.raises(UserInputError, match="already answered 'mask' in round 3"):
         party.mask_update(grid.states[1], 1, records[1], np.full(4, 2, dtype=np.int64))
+
+
+def test_a_party_that_missed_the_keys_stage_says_so():
+    nodes = [1, 2, 3]
+    _, _, grid = run_round(nodes, {n: np.ones(4, dtype=np.int64) for n in nodes}, SecureSumSettings(bits=32))
+    with pytest.raises(UserInputError, match="'shares' for round 5, but this party has no keys for it"):
+        party.answer(grid.states[1], 1, {"stage": "shares", "round": 5, "nodes": [], "c-pk": [], "s-pk": []})
+    with pytest.raises(UserInputError, match="'unmask' for round 1, but this party has no keys"):
+        party.answer(RecordDict(), 1, {"stage": "unmask", "round": 1, "alive": [], "dropped": []})

@@ -48,7 +48,10 @@ def _record(state: RecordDict, server_round: int, stage: str) -> ConfigRecord:
         raise UserInputError(f"secure sum: '{stage}' for round {server_round}, but this party has no keys "
                              f"(it missed the 'keys' stage)")
     record = state[STATE]
-    if int(record["round"]) != server_round:
+    if int(record["round"]) < server_round:
+        raise UserInputError(f"secure sum: '{stage}' for round {server_round}, but this party has no keys for it "
+                             f"(it missed the 'keys' stage)")
+    if int(record["round"]) > server_round:
         raise UserInputError(f"secure sum: refused '{stage}' for round {server_round}: this party is in round "
                              f"{int(record['round'])} (a replayed or reordered message)")
     return record
