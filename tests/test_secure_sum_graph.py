@@ -229,3 +229,27 @@ def test_at_five_parties_a_round_is_secaggs_every_party_shares_with_every_other_
     assert secure.graph.design.complete and secure.graph.threshold == 4
     for node in nodes:
         assert sorted(map(int, grid.states[node][party.STATE]["neighbours"])) == sorted(set(nodes) - {node})
+
+
+def test_a_party_does_two_key_agreements_per_neighbour_whatever_the_number_of_parties(monkeypatch):
+    """Shares encrypted to its k neighbours and k pairwise masks: 2k X25519 agreements a round, at 12 or 40 parties."""
+    counts: dict[bytes, int] = {}
+    real = crypto.shared_key
+
+    def counted(private, peer_public):
+        mine = crypto.private_bytes(private)
+        counts[mine] = counts.get(mine, 0) + 1
+        return real(private, peer_public)
+
+    monkeypatch.setattr(crypto, "shared_key", counted)
+    for parties in (12, 40):
+        counts.clear()
+        nodes = list(range(1, parties + 1))
+        values = {n: np.ones(4, dtype=np.int64) for n in nodes}
+        secure, total, grid = _sparse_round(nodes, values, SecureSumSettings(bits=32, tolerance=1))
+        np.testing.assert_array_equal(total, np.full(4, parties))
+        assert secure.graph.design.degree == 4
+        for node in nodes:
+            record = grid.states[node][party.STATE]
+            mine = counts.get(bytes(record["c-sk"]), 0) + counts.get(bytes(record["s-sk"]), 0)
+            assert mine == 2 * 4, (parties, node, mine)
