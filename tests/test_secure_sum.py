@@ -186,3 +186,27 @@ def test_a_party_that_missed_the_keys_stage_says_so():
         party.answer(grid.states[1], 1, {"stage": "shares", "round": 5, "nodes": [], "c-pk": [], "s-pk": []})
     with pytest.raises(UserInputError, match="'unmask' for round 1, but this party has no keys"):
         party.answer(RecordDict(), 1, {"stage": "unmask", "round": 1, "alive": [], "dropped": []})
+
+
+def test_a_tampered_share_stops_the_round_with_one_line_not_a_crash():
+    """A holder's seed share replaced by another field element: the rebuilt value is not a 32-byte seed."""
+    from flower_topics.secure_sum import shamir
+
+    class Tamper(FakeGrid):
+        def send_and_receive(self, messages, timeout=None):
+            replies = super().send_and_receive(messages, timeout)
+            for reply in replies:
+                record = reply.content["config"] if reply.has_content() else None
+                if record is not None and record.get("stage") == "unmask" and reply.metadata.src_node_id == 2:
+                    x, _ = shamir.decode(bytes(record["seed-shares"][0]))
+                    record["seed-shares"] = [shamir.encode((x, shamir.PRIME - 1 - i))
+                                             for i in range(len(record["seed-shares"]))]
+            return replies
+
+    nodes = [1, 2, 3]
+    grid = Tamper(nodes)
+    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=0), server_round=3, timeout=5)
+    records = secure.setup()
+    masked = {n: party.mask_update(grid.states[n], n, r, np.ones(4, dtype=np.int64)) for n, r in records.items()}
+    with pytest.raises(SecureRoundFailed, match="do not rebuild a 32-byte secret"):
+        secure.unmask(masked)

@@ -167,7 +167,11 @@ class SecureRound:
             if len(have) < threshold or len({x for x, _ in have}) != len(have):
                 raise SecureRoundFailed(f"round {self.server_round}: secure sum stopped at 'unmask': {len(have)} "
                                         f"shares of node {owner}'s {what}, the threshold is {threshold}")
-            return combiner.combine(have[:threshold])
+            value = combiner.combine(have[:threshold])
+            if value >> 256:  # a seed or an X25519 key is 32 bytes: a share was not what its holder was sent
+                raise SecureRoundFailed(f"round {self.server_round}: secure sum stopped at 'unmask': the shares of "
+                                        f"node {owner}'s {what} do not rebuild a 32-byte secret")
+            return value
 
         size = next(iter(masked.values())).size
         total = np.zeros(size, dtype=np.uint64)
