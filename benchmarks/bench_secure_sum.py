@@ -69,7 +69,7 @@ class _TimedGrid:
         return replies
 
 
-def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1) -> tuple[float, float, tuple[int, int]]:
+def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1) -> tuple[float, float, tuple[str, int]]:
     """Seconds of one party and of the server for one secure sum of ``cells`` integers over ``parties``,
     and the graph's ``(k, t)``."""
     from flower_topics.secure_sum import party
@@ -95,7 +95,8 @@ def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1) -> 
     if not np.array_equal(summed, expected):
         raise AssertionError("the secure sum is not the parties' sum")
     graph = secure.graph
-    return grid.party_seconds / parties, total - grid.party_seconds, (graph.design.degree, graph.threshold)
+    degree = f"{graph.design.degree} (complete)" if graph.design.complete else str(graph.design.degree)
+    return grid.party_seconds / parties, total - grid.party_seconds, (degree, graph.threshold)
 
 
 def main() -> None:
