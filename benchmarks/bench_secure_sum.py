@@ -1,6 +1,7 @@
-"""Seconds and bytes per round of ``dplda`` (or ``ntm``) with and without secure aggregation, at 5 and 50 parties.
+"""Seconds and bytes per round of ``dplda`` (or ``ntm``) with and without secure aggregation, and the secure sum alone.
 
     python benchmarks/bench_secure_sum.py --out runs/secure-sum
+    python benchmarks/bench_secure_sum.py --parties --alone-parties 100 200 --tolerance 10 --out runs/secure-sum-t10
     python benchmarks/bench_secure_sum.py --method ntm --parties 5 --out runs/secure-sum-ntm
 
 ``--method ntm``: gFedNTM (ProdLDA, Sync-Opt, batch 64) on the same corpus, with DP-SGD
@@ -11,11 +12,14 @@ Simulation, in this process, through the package's ServerApp and ClientApp (the 
 real key agreement, Shamir shares, encryption and AES masks; only the network is missing):
 the synthetic LDA corpus (each party its own topics), one node per party (100 documents of 50-100 tokens each), K = 20,
 V = 5,000 (a statistic of 100,000 cells, as debian_large's), a public vocabulary file,
-tolerance T = 1. The figures are the medians over rounds 2 to ``--rounds`` of
-``metrics.jsonl`` (round 1 holds the parties' start-up). In one process every party's work
-runs one after the other, so a second table times the secure sum alone (100,000 cells):
-the work of one party (keys, shares, masking, unmask) and of the server (relay and
-unmasking), which on real hosts run in parallel. Writes ``results.md`` into ``--out``.
+tolerance ``--tolerance`` (default 1). The figures are the medians over rounds 2 to ``--rounds``
+of ``metrics.jsonl`` (round 1 holds the parties' start-up); ``--parties`` with no value skips
+these runs. In one process every party's work runs one after the other, so a second table
+times the secure sum alone (100,000 cells) at ``--alone-parties`` (default 5, 50, 100, 200):
+the graph's degree and threshold, the work of one party (keys, shares, masking, unmask; the
+mean over the parties) and of the server (relay and unmasking), which on real hosts run in
+parallel; each is the fastest of ``--repeat`` (default 3) sums, as the machine may be shared.
+Writes ``results.md`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -65,8 +69,9 @@ class _TimedGrid:
         return replies
 
 
-def secure_sum_alone(parties: int, cells: int = 100_000) -> tuple[float, float]:
-    """Seconds of one party and of the server for one secure sum of ``cells`` integers over ``parties``."""
+def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1) -> tuple[float, float, tuple[str, int]]:
+    """Seconds of one party and of the server for one secure sum of ``cells`` integers over ``parties``,
+    and the graph's ``(k, t)``."""
     from flower_topics.secure_sum import party
     from flower_topics.secure_sum.protocol import SecureSumSettings
     from flower_topics.secure_sum.server import SecureRound
@@ -76,7 +81,7 @@ def secure_sum_alone(parties: int, cells: int = 100_000) -> tuple[float, float]:
     nodes = list(range(101, 101 + parties))
     grid = _TimedGrid(nodes)
     started = time.perf_counter()
-    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=1), server_round=1, timeout=60)
+    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=tolerance), server_round=1, timeout=60)
     records = secure.setup()
     masked = {}
     for node, record in records.items():
@@ -84,16 +89,24 @@ def secure_sum_alone(parties: int, cells: int = 100_000) -> tuple[float, float]:
         t0 = time.perf_counter()
         masked[node] = party.mask_update(grid.states[node], node, record, values)
         grid.party_seconds += time.perf_counter() - t0
-    secure.unmask(masked)
+    summed = secure.unmask(masked)
     total = time.perf_counter() - started
-    return grid.party_seconds / parties, total - grid.party_seconds
+    expected = sum(np.random.default_rng(node).integers(-1000, 1000, size=cells) for node in nodes)
+    if not np.array_equal(summed, expected):
+        raise AssertionError("the secure sum is not the parties' sum")
+    graph = secure.graph
+    degree = f"{graph.design.degree} (complete)" if graph.design.complete else str(graph.design.degree)
+    return grid.party_seconds / parties, total - grid.party_seconds, (degree, graph.threshold)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--parties", type=int, nargs="+", default=[5, 50])
+    parser.add_argument("--parties", type=int, nargs="*", default=[5, 50])
+    parser.add_argument("--alone-parties", type=int, nargs="*", default=[5, 50, 100, 200])
+    parser.add_argument("--tolerance", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3, help="secure sums alone per party count (the fastest is kept)")
     parser.add_argument("--method", choices=["dplda", "ntm"], default="dplda")
     parser.add_argument("--ntm-dp", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args()
@@ -107,7 +120,7 @@ def main() -> None:
                 "synthetic-shared-topics": 0, "synthetic-vocab-size": 5000, "synthetic-docs-per-node": 100,
                 "synthetic-doc-min-length": 50, "synthetic-doc-max-length": 100, "num-topics": 20,
                 "method": "dplda", "dplda.epsilon": 4.0, "dplda.init": "random", "federated-eval": False,
-                "num-rounds": args.rounds, "seed": 0}
+                "num-rounds": args.rounds, "seed": 0, "secure-aggregation-tolerance": args.tolerance}
         if args.method == "ntm":
             base = {**base, "method": "ntm", "ntm.dp": args.ntm_dp}
         vocabulary = out / f"vocabulary-{parties}.txt"
@@ -128,11 +141,13 @@ def main() -> None:
         from flower_topics.wire.ntm import n_parameters
 
         cells = n_parameters("prodlda", 5000, 20)
-    lines += ["", f"The secure sum alone ({cells:,} cells):", "",
-              "| parties | one party's seconds | server's seconds |", "|---|---|---|"]
-    for parties in args.parties:
-        one, server = secure_sum_alone(parties, cells)
-        lines.append(f"| {parties} | {one:.2f} | {server:.2f} |")
+    lines += ["", f"The secure sum alone ({cells:,} cells, T = {args.tolerance}):", "",
+              "| parties | degree k | threshold t | one party's seconds | server's seconds |", "|---|---|---|---|---|"]
+    for parties in args.alone_parties:
+        runs = [secure_sum_alone(parties, cells, args.tolerance) for _ in range(args.repeat)]
+        one, server = min(run[0] for run in runs), min(run[1] for run in runs)
+        degree, threshold = runs[0][2]
+        lines.append(f"| {parties} | {degree} | {threshold} | {one:.3f} | {server:.2f} |")
         print(lines[-1], flush=True)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -59,7 +59,7 @@ def test_sum_is_exact_and_masked_vectors_look_nothing_like_the_values():
     rng = np.random.default_rng(1)
     nodes = [11, 22, 33, 44, 55]
     values = {n: rng.integers(-1000, 1000, size=500) for n in nodes}
-    total, masked, grid = run_round(nodes, values, SecureSumSettings(bits=32, tolerance=1))
+    total, masked, _ = run_round(nodes, values, SecureSumSettings(bits=32, tolerance=1))
     np.testing.assert_array_equal(total, sum(values.values()))
     for node in nodes:  # what the server received is not the value, nor the value plus a constant
         assert masked[node].dtype == np.uint32
@@ -95,3 +95,118 @@ def test_an_entry_that_could_wrap_is_refused():
     values = {n: np.array([settings.limit(3) + 1]) for n in nodes}
     with pytest.raises(UserInputError, match="without wrapping"):
         run_round(nodes, values, settings)
+
+
+def test_a_party_killed_after_masking_is_in_the_sum():
+    """Its masked vector arrived; it never answers 'unmask': its self mask comes from the others' shares."""
+    nodes = [5, 6, 7, 8, 9]
+    values = {n: np.full(16, n, dtype=np.int64) for n in nodes}
+    total, _, _ = run_round(nodes, values, SecureSumSettings(bits=32, tolerance=1), drop_before_unmask=(8,))
+    np.testing.assert_array_equal(total, np.full(16, sum(nodes)))
+
+
+# ----------------------------------------------------------------------------- replayed or reordered messages
+
+
+class ReplayGrid(FakeGrid):
+    """A FakeGrid that, for ``(node, stage)`` in ``replay``, hands the server that node's reply from an earlier round."""
+
+    def __init__(self, nodes, states, replay):
+        super().__init__(nodes)
+        self.states = states
+        self.replay = replay
+
+    def send_and_receive(self, messages, timeout=None):
+        out = []
+        for msg in messages:
+            for reply in super().send_and_receive([msg], timeout):
+                key = (msg.metadata.dst_node_id, str(msg.content[CONFIG]["stage"]))
+                out.append(reply_from(key[0], msg, self.replay[key]) if key in self.replay else reply)
+        return out
+
+
+def _stage_reply(grid, node, stage):
+    """The content ``node`` answered to ``stage`` on ``grid`` (every party answered every stage)."""
+    for msg, content in zip(grid.sent, grid.received, strict=True):
+        if msg.metadata.dst_node_id == node and str(msg.content[CONFIG]["stage"]) == stage:
+            return content
+    raise AssertionError((node, stage))
+
+
+def test_a_reply_replayed_from_an_earlier_round_is_refused_with_one_line_and_the_round_goes_on(caplog):
+    nodes = [1, 2, 3, 4, 5]
+    values = {n: np.full(8, 10 * n, dtype=np.int64) for n in nodes}
+    settings = SecureSumSettings(bits=32, tolerance=1)
+    _, _, first = run_round(nodes, values, settings)  # round 3
+    old = _stage_reply(first, 2, "shares")
+    grid = ReplayGrid(nodes, first.states, {(2, "shares"): old})
+    secure = SecureRound(grid, nodes, settings, server_round=4, timeout=5)
+    with caplog.at_level("WARNING", logger="flwr"):
+        records = secure.setup()
+    assert sorted(records) == [1, 3, 4, 5]  # party 2's stale reply is not taken: it counts as dropped
+    refused = [r.getMessage() for r in caplog.records if "replayed or reordered" in r.getMessage()]
+    assert refused == [("round 4: secure sum 'shares': node 2: refused a reply for stage 'shares' of round 3 "
+                        "(a replayed or reordered message)")]
+    masked = {n: party.mask_update(grid.states[n], n, record, values[n]) for n, record in records.items()}
+    np.testing.assert_array_equal(secure.unmask(masked), np.full(8, 10 * (1 + 3 + 4 + 5)))
+
+
+def test_a_party_refuses_requests_of_an_earlier_round_and_stages_out_of_order():
+    nodes = [1, 2, 3]
+    values = {n: np.ones(4, dtype=np.int64) for n in nodes}
+    settings = SecureSumSettings(bits=32, tolerance=1)
+    _, _, grid = run_round(nodes, values, settings)  # round 3, every stage answered
+    keys = next(m for m in grid.sent if str(m.content[CONFIG]["stage"]) == "keys").content[CONFIG]
+    shares = next(m for m in grid.sent if str(m.content[CONFIG]["stage"]) == "shares").content[CONFIG]
+    with pytest.raises(UserInputError, match="already sent keys for round 3"):
+        party.answer(grid.states[1], 1, keys)  # the same round's 'keys' again
+    party.answer(grid.states[1], 1, {**dict(keys), "round": 4})  # round 4 starts
+    with pytest.raises(UserInputError, match=r"refused 'shares' for round 3: this party is in round 4 \(a replayed"):
+        party.answer(grid.states[1], 1, shares)
+    with pytest.raises(UserInputError, match="refused 'keys' for round 3"):
+        party.answer(grid.states[1], 1, keys)
+    with pytest.raises(UserInputError, match="last stage was 'keys'"):  # unmask before shares and mask
+        party.answer(grid.states[1], 1, {"stage": "unmask", "round": 4, "alive": ["1", "2"], "dropped": []})
+
+
+def test_a_party_masks_once_a_round():
+    nodes = [1, 2, 3]
+    grid = FakeGrid(nodes)
+    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=1), server_round=3, timeout=5)
+    records = secure.setup()
+    party.mask_update(grid.states[1], 1, records[1], np.ones(4, dtype=np.int64))
+    with pytest.raises(UserInputError, match="already answered 'mask' in round 3"):
+        party.mask_update(grid.states[1], 1, records[1], np.full(4, 2, dtype=np.int64))
+
+
+def test_a_party_that_missed_the_keys_stage_says_so():
+    nodes = [1, 2, 3]
+    _, _, grid = run_round(nodes, {n: np.ones(4, dtype=np.int64) for n in nodes}, SecureSumSettings(bits=32))
+    with pytest.raises(UserInputError, match="'shares' for round 5, but this party has no keys for it"):
+        party.answer(grid.states[1], 1, {"stage": "shares", "round": 5, "nodes": [], "c-pk": [], "s-pk": []})
+    with pytest.raises(UserInputError, match="'unmask' for round 1, but this party has no keys"):
+        party.answer(RecordDict(), 1, {"stage": "unmask", "round": 1, "alive": [], "dropped": []})
+
+
+def test_a_tampered_share_stops_the_round_with_one_line_not_a_crash():
+    """A holder's seed share replaced by another field element: the rebuilt value is not a 32-byte seed."""
+    from flower_topics.secure_sum import shamir
+
+    class Tamper(FakeGrid):
+        def send_and_receive(self, messages, timeout=None):
+            replies = super().send_and_receive(messages, timeout)
+            for reply in replies:
+                record = reply.content["config"] if reply.has_content() else None
+                if record is not None and record.get("stage") == "unmask" and reply.metadata.src_node_id == 2:
+                    x, _ = shamir.decode(bytes(record["seed-shares"][0]))
+                    record["seed-shares"] = [shamir.encode((x, shamir.PRIME - 1 - i))
+                                             for i in range(len(record["seed-shares"]))]
+            return replies
+
+    nodes = [1, 2, 3]
+    grid = Tamper(nodes)
+    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=0), server_round=3, timeout=5)
+    records = secure.setup()
+    masked = {n: party.mask_update(grid.states[n], n, r, np.ones(4, dtype=np.int64)) for n, r in records.items()}
+    with pytest.raises(SecureRoundFailed, match="do not rebuild a 32-byte secret"):
+        secure.unmask(masked)

@@ -10,10 +10,11 @@ What may leave a party, by message type (README, "What leaves a party"):
   simulated share of the run config's dataset), so the run records which corpus it trained on;
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``); under
   secure aggregation, one masked integer vector of the protocol's arrays and nothing else;
-- ``query.secure_sum``: stage ``keys``, two P-384 public keys; ``shares``, one Fernet
-  ciphertext per other participant (all of one length) addressed to the participants it was
-  sent; ``unmask``, per party of the request, a share of its self-mask seed if it is alive or
-  of its mask key if it dropped out, never both (:mod:`flower_topics.secure_sum`);
+- ``query.secure_sum`` (every reply marked with its stage and round): stage ``keys``, two
+  X25519 public keys; ``shares``, one Fernet ciphertext per neighbour (all of one length)
+  addressed to participants it was sent; ``unmask``, per party of the request, a share of
+  its self-mask seed if it is alive or of its mask key if it dropped out, never both
+  (:mod:`flower_topics.secure_sum`);
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.federated.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
   (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
@@ -139,17 +140,21 @@ def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
     """A secure-sum stage's reply carries exactly what :mod:`flower_topics.secure_sum.party` documents."""
     stage = str(request.content[CONFIG]["stage"])
     expected = {"keys": {"c-pk", "s-pk"}, "shares": {"destinations", "ciphertexts"},
-                "unmask": {"nodes", "seed-shares", "key-shares"}}[stage]
+                "unmask": {"nodes", "seed-shares", "key-shares"}}[stage] | {"stage", "round"}
     if set(reply.content.keys()) != {CONFIG} or set(reply.content[CONFIG].keys()) != expected:
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: "
                          f"{ {k: sorted(v.keys()) for k, v in reply.content.items()} }")
     answer, asked = reply.content[CONFIG], request.content[CONFIG]
-    if stage == "keys" and not all(isinstance(answer[k], bytes) and len(answer[k]) == 120 for k in expected):
-        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not two DER P-384 public keys")
-    if stage == "shares":
+    if stage == "keys" and not all(isinstance(answer[k], bytes) and len(answer[k]) == 44 for k in ("c-pk", "s-pk")):
+        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not two DER X25519 public keys")
+    if (str(answer["stage"]), int(answer["round"])) != (stage, int(asked["round"])):
+        raise AuditError(f"secure sum '{stage}' reply of node {node_id}: not marked with its stage and round")
+    if stage == "shares":  # one ciphertext per neighbour in the round's graph, all of them when it is complete
         peers = set(asked["nodes"]) - {str(node_id)}
         lengths = {len(c) for c in answer["ciphertexts"]}
-        if set(answer["destinations"]) != peers or len(answer["ciphertexts"]) != len(peers) or len(lengths) > 1:
+        destinations = list(answer["destinations"])
+        if not set(destinations) <= peers or len(set(destinations)) != len(destinations) \
+                or len(answer["ciphertexts"]) != len(destinations) or len(lengths) > 1:
             raise AuditError(f"secure sum 'shares' reply of node {node_id}: not one equal-length ciphertext per peer")
     if stage == "unmask":
         alive, dropped = set(asked["alive"]), set(asked["dropped"])

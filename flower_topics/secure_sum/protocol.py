@@ -2,15 +2,18 @@
 
 A round of secure aggregation has four steps; the first, second and fourth are Flower query
 messages of type :data:`MESSAGE_TYPE` with a :data:`~flower_topics.wire.protocol.CONFIG`
-record whose ``stage`` is one of:
+record whose ``stage`` is one of the following. Every request and every reply carries the
+``stage`` and the ``round``; either end refuses, with one line, one of another round or out
+of order (a replayed or reordered message).
 
 ``keys``
-    server -> each sampled party: the round, the participants, ``bits`` and the threshold
-    ``t``. Reply: two fresh P-384 public keys (``c-pk`` to encrypt shares, ``s-pk`` for the
+    server -> each sampled party: the round, the participants, ``bits`` and the tolerance
+    ``T``. Reply: two fresh X25519 public keys (``c-pk`` to encrypt shares, ``s-pk`` for the
     pairwise masks).
 ``shares``
-    server -> each party that answered: everyone's public keys. Reply: for every other
-    participant, a Fernet ciphertext of its Shamir shares (threshold ``t``) of this party's
+    server -> each party that answered: everyone's public keys, from which every party
+    derives the round's graph (:mod:`~flower_topics.secure_sum.graph`). Reply: for each
+    neighbour, a Fernet ciphertext of its Shamir shares (threshold ``t``) of this party's
     self-mask seed and of its mask private key.
 
 The third step is the method's own ``train.<method>`` message: it carries a
@@ -20,20 +23,22 @@ replies with one array, :data:`MASKED_KEY`, its integer update plus its masks, m
 
 ``unmask``
     server -> the parties whose masked update arrived: who is alive and who dropped out.
-    Reply: the shares of each alive party's self-mask seed and of each dropped party's mask
-    key (never both for one party; a party answers ``unmask`` once per round).
+    Reply: the shares it holds (its own and its neighbours') of each alive party's self-mask
+    seed and of each dropped party's mask key (never both for one party; a party answers
+    ``unmask`` once per round).
 
 What the server learns: the public keys, the ciphertexts (it holds no key to open them), the
 masked vectors (uniform modulo ``2^bits`` to it) and, after ``unmask``, the sum over the
-alive parties and nothing else, as long as it follows the protocol and fewer than ``t``
-parties collude with it (honest-but-curious server; Bonawitz et al. 2017, SecAgg; Bell et
-al. 2020 for SecAgg+, whose sparse graph we replace by the complete one at our party counts).
+alive parties and nothing else, as long as it follows the protocol, at most ``T`` parties
+collude with it and the graph is not bad (honest-but-curious server; Bonawitz et al. 2017,
+SecAgg, with the complete graph; Bell et al. 2020, SecAgg+, with the sparse one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import MessageType
@@ -54,9 +59,9 @@ class SecureSumSettings:
         The sum lives in the integers modulo ``2^bits`` (16 to 64).
     tolerance : int
         ``T``: parties of a round that may drop out after masking or collude with the
-        server. A round of ``n`` parties needs ``n - T`` survivors, Shamir's threshold is
-        ``t = n - T``, and ``T < n / 2`` (so that a colluding server cannot open both a
-        party's self mask and its pairwise masks).
+        server. A round of ``n`` parties needs ``n - T`` survivors and ``T < n / 2``;
+        Shamir's threshold is ``t = n - T`` with the complete graph, and the graph's own
+        ``t`` with a sparse one (:func:`~flower_topics.secure_sum.graph.design`).
     """
 
     bits: int = 32
@@ -69,12 +74,12 @@ class SecureSumSettings:
             raise ValueError("tolerance must be >= 0")
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "SecureSumSettings":
+    def from_config(cls, config: Mapping[str, Any]) -> SecureSumSettings:
         """The settings of a validated run config."""
         return cls(bits=int(config["secure-aggregation-bits"]), tolerance=int(config["secure-aggregation-tolerance"]))
 
     def threshold(self, parties: int) -> int:
-        """Shamir's ``t`` (and the survivors a round needs) for ``parties`` participants."""
+        """The survivors a round of ``parties`` participants needs (Shamir's ``t`` with the complete graph)."""
         return parties - self.tolerance
 
     def check_parties(self, parties: int) -> str | None:

@@ -1,27 +1,31 @@
 """The server's side of the secure sum: it relays keys and shares and learns only the sum.
 
 :class:`SecureRound` runs the ``keys`` and ``shares`` stages for a round's sampled parties
-(Flower query messages through the strategy's Grid), gives each party the record its
-training message must carry, and, once the masked updates are in, runs ``unmask`` with the
-parties whose update arrived and removes the masks: the self masks of the alive parties (from
-``t`` shares of each seed) and the pairwise masks that the alive parties share with parties
-that dropped out after the share stage (from ``t`` shares of each dropped party's mask key).
-Fewer than ``t`` survivors at any stage stops the round with one logged line; the caller
-keeps its model.
+(Flower query messages through the strategy's Grid), derives the round's graph as the
+parties do (:mod:`~flower_topics.secure_sum.graph`), forwards each party the shares of its
+neighbours in the record its training message must carry, and, once the masked updates are
+in, runs ``unmask`` with the parties whose update arrived and removes the masks: the self
+masks of the alive parties (from ``t`` shares of each seed) and the pairwise masks that the
+alive parties share with neighbours that dropped out after the share stage (from ``t``
+shares of each dropped party's mask key). Fewer than ``n - T`` survivors at any stage, or
+fewer than ``t`` live holders of a secret, stops the round with one logged line; the caller
+keeps its model. A reply whose stage or round is not the one asked (a replayed or reordered
+message) is refused with one logged line, as if that party had not answered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from logging import WARNING
-from typing import Iterable
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common import log
 from flwr.serverapp import Grid
 
-from flower_topics.secure_sum import crypto
+from flower_topics.secure_sum import crypto, shamir
+from flower_topics.secure_sum.graph import RoundGraph, round_graph
 from flower_topics.secure_sum.protocol import (
     MESSAGE_TYPE,
     SecureSumSettings,
@@ -49,7 +53,7 @@ class SecureRound:
     settings : SecureSumSettings
         Bits and tolerance.
     server_round : int
-        The round number (it enters every mask's derivation).
+        The round number (it enters every mask's derivation, and every message carries it).
     timeout : float
         Seconds each stage waits for replies.
     """
@@ -61,12 +65,13 @@ class SecureRound:
     timeout: float
     public_keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     outbox: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    graph: RoundGraph | None = None
     bytes_sent: int = 0
     bytes_received: int = 0
 
     @property
     def threshold(self) -> int:
-        """Shamir's ``t`` for the sampled parties."""
+        """The survivors a round needs, ``n - T`` for the sampled parties (SecAgg's Shamir ``t``)."""
         return self.settings.threshold(len(self.nodes))
 
     def _exchange(self, stage: str, requests: dict[int, dict]) -> dict[int, ConfigRecord]:
@@ -83,7 +88,13 @@ class SecureRound:
                     reply.error.reason.strip().splitlines()[-1] if reply.error.reason.strip() else reply.error.code)
                 continue
             self.bytes_received += payload_bytes(reply.content)
-            answers[node] = reply.content[CONFIG]
+            record = reply.content.config_records.get(CONFIG)
+            said = (str(record.get("stage", "")), str(record.get("round", ""))) if record is not None else ("", "")
+            if said != (stage, str(self.server_round)) or node not in requests or node in answers:
+                log(WARNING, "round %d: secure sum '%s': node %d: refused a reply for stage '%s' of round %s "
+                    "(a replayed or reordered message)", self.server_round, stage, node, *said)
+                continue
+            answers[node] = record
         return answers
 
     def _need(self, stage: str, have: Iterable[int]) -> None:
@@ -103,14 +114,15 @@ class SecureRound:
         self._need("keys", keys)
         self.public_keys = {n: (bytes(r["c-pk"]), bytes(r["s-pk"])) for n, r in keys.items()}
         order = sorted(self.public_keys)
-        listing = {"nodes": [str(n) for n in order], "c-pk": [self.public_keys[n][0] for n in order],
-                   "s-pk": [self.public_keys[n][1] for n in order]}
+        c_pks, s_pks = [self.public_keys[n][0] for n in order], [self.public_keys[n][1] for n in order]
+        self.graph = round_graph(self.server_round, len(self.nodes), self.settings.tolerance, order, c_pks, s_pks)
+        listing = {"nodes": [str(n) for n in order], "c-pk": c_pks, "s-pk": s_pks}
         shares = self._exchange("shares", {n: listing for n in order})
         self._need("shares", shares)
         self.outbox = {n: {} for n in shares}
         for src, reply in shares.items():
             for dst, ciphertext in zip(reply["destinations"], reply["ciphertexts"]):
-                if int(dst) in self.outbox:
+                if int(dst) in self.outbox and int(dst) in self.graph.neighbours[src]:
                     self.outbox[int(dst)][src] = bytes(ciphertext)
         return {dst: ConfigRecord({"round": self.server_round, "bits": self.settings.bits,
                                    "senders": [str(s) for s in inbox],
@@ -123,34 +135,58 @@ class SecureRound:
         Raises
         ------
         SecureRoundFailed
-            When fewer than ``t`` masked updates arrived or fewer than ``t`` parties answered ``unmask``.
+            When fewer than ``n - T`` masked updates arrived or parties answered ``unmask``, or
+            fewer than ``t`` holders of a party's secret answered.
         """
+        if self.graph is None:
+            raise RuntimeError("SecureRound.unmask before setup")
         alive = sorted(n for n in masked if n in self.outbox)
         self._need("masked updates", alive)
         dropped = sorted(set(self.outbox) - set(alive))
         request = {"alive": [str(n) for n in alive], "dropped": [str(n) for n in dropped]}
         answers = self._exchange("unmask", {n: request for n in alive})
         self._need("unmask", answers)
-        seed_shares: dict[int, list[bytes]] = {n: [] for n in alive}
-        key_shares: dict[int, list[bytes]] = {n: [] for n in dropped}
-        for reply in answers.values():
+        shares: dict[int, list[tuple[int, int]]] = {n: [] for n in self.outbox}
+        for holder, reply in answers.items():
             for owner, seed_share, key_share in zip(reply["nodes"], reply["seed-shares"], reply["key-shares"]):
                 owner = int(owner)
-                if owner in seed_shares and seed_share:
-                    seed_shares[owner].append(bytes(seed_share))
-                elif owner in key_shares and key_share:
-                    key_shares[owner].append(bytes(key_share))
+                wanted = bytes(seed_share) if owner in alive else bytes(key_share) if owner in dropped else b""
+                if wanted and self.graph.holds(holder, owner):
+                    try:
+                        share = shamir.decode(wanted)
+                        if share[0] != self.graph.x(holder):
+                            raise ValueError("not at the holder's abscissa")
+                        shares[owner].append(share)
+                    except ValueError as exc:
+                        log(WARNING, "round %d: secure sum 'unmask': node %d: a share of node %d refused: %s",
+                            self.server_round, holder, owner, exc)
+        combiner, threshold = shamir.Combiner(), self.graph.threshold
+
+        def secret(owner: int, what: str) -> int:
+            have = sorted(set(shares[owner]))  # the t lowest holders: one set of Lagrange weights for most owners
+            if len(have) < threshold or len({x for x, _ in have}) != len(have):
+                raise SecureRoundFailed(f"round {self.server_round}: secure sum stopped at 'unmask': {len(have)} "
+                                        f"shares of node {owner}'s {what}, the threshold is {threshold}")
+            value = combiner.combine(have[:threshold])
+            if value >> 256:  # a seed or an X25519 key is 32 bytes: a share was not what its holder was sent
+                raise SecureRoundFailed(f"round {self.server_round}: secure sum stopped at 'unmask': the shares of "
+                                        f"node {owner}'s {what} do not rebuild a 32-byte secret")
+            return value
+
         size = next(iter(masked.values())).size
         total = np.zeros(size, dtype=np.uint64)
         for node in alive:
             total += np.asarray(masked[node]).astype(np.uint64).ravel()
-            seed = crypto.combine_shares(seed_shares[node][: self.threshold])
-            total -= crypto.mask(seed, self_context(self.server_round, node), size)
+            seed = secret(node, "self-mask seed").to_bytes(32, "big")
+            total -= crypto.mask(seed, self_context(self.server_round, node), size, self.settings.bits)
         for node in dropped:
-            key = crypto.load_private(crypto.combine_shares(key_shares[node][: self.threshold]))
-            for peer in alive:
+            key = crypto.from_scalar(secret(node, "mask key"))
+            for peer in sorted(self.graph.neighbours[node] & set(alive)):
                 pair = crypto.mask(crypto.shared_key(key, self.public_keys[peer][1]),
-                                   mask_context(self.server_round, peer, node), size)
+                                   mask_context(self.server_round, peer, node), size, self.settings.bits)
                 # the alive peer added pair_sign(peer, node) * pair; take it out
-                total = total - pair if pair_sign(peer, node) > 0 else total + pair
+                if pair_sign(peer, node) > 0:
+                    total -= pair
+                else:
+                    total += pair
         return self.settings.centered(total)
