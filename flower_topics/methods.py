@@ -19,6 +19,7 @@ from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from flower_topics.errors import UserInputError
+from flower_topics.models.seed_words import check_seed_file
 from flower_topics.options import Option
 from flower_topics.wire import dplda, fedlda, ftm, lda, ntm, pctd
 
@@ -124,6 +125,7 @@ class MethodSpec:
             able = ", ".join(spec.name for spec in METHODS.values() if not spec.seed_words) or "none"
             raise UserInputError(f"seed-words: {self.name} cannot take seed words: {self.seed_words} (methods that "
                                  f"do: {able}; docs/topics-in-use.md)")
+        check_seed_file(config)
         self.check_config(config)
 
     def notes(self, config: Mapping[str, Any]) -> list[str]:
@@ -144,14 +146,12 @@ def _load(path: str) -> Any:
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
                lda, "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP", private=False,
-               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY, check_config=lda.check_config, seed_words="",
+               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY, seed_words="",
                fixed_on_resume={"seed-words": "the seed words are the prior of the counts the parties sample",
                                 "seed-weight": "the seed weight is part of the prior the parties sample with"}),
     MethodSpec("fedlda", "FedLDA (Wang, Tong and Shi, AAAI 2020): local sampling, RRP-perturbed update tuples",
                fedlda, "flower_topics.strategies.fedlda:FedLDA", "flower_topics.clients.fedlda:STEP",
-               private=True, topic_counts=fedlda.COUNTS_KEY,
-               seed_words="its strategy smooths phi with the symmetric beta only (the seed prior is not wired "
-                          "into it)"),
+               private=True, topic_counts=fedlda.COUNTS_KEY, seed_words=""),
     MethodSpec("pctd", "PC-TD (Shi et al., IEEE Intelligent Systems 2020): EM over semantic units, Gaussian noise",
                pctd, "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP", private=True,
                secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes,

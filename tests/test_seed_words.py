@@ -160,3 +160,36 @@ def test_a_seeded_run_puts_each_seeded_topic_first_in_file_order(tmp_path):
     np.testing.assert_allclose(load_model(tmp_path / "run" / "model.npz").topic_word,
                                topic_word_distribution(counts, 0.01, strategy.seeds))
     assert "cost no privacy" in model.metadata["privacy"]["seed_words"]
+
+
+def test_fedlda_smooths_phi_with_the_seeded_prior(tmp_path):
+    """fedlda's natural equivalent: the phi it sends the parties (and writes) is (max(n, 0) + beta_kw) / row sum."""
+    from flwr.app import Array, ArrayRecord
+
+    from flower_topics.strategies.fedlda import FedLDA
+    from flower_topics.wire import fedlda as fedlda_wire
+
+    config = parse_run_config({"method": "fedlda", "num-topics": 2, "beta": 0.5, "seed-weight": 3.0,
+                               "seed-words": _file(tmp_path, "cup\n")})
+    strategy = FedLDA.from_config(config, VOCABULARY)
+    counts = np.array([[2, -1, 0, 1, 0, 0], [0, 0, 4, 0, 0, 1]], dtype=np.int64)
+    phi = strategy.topic_word(ArrayRecord({fedlda_wire.COUNTS_KEY: Array(counts)}))
+    by_hand = np.array([[2.5, 0.5, 3.5, 1.5, 0.5, 0.5], [0.5, 0.5, 4.5, 0.5, 0.5, 1.5]])
+    np.testing.assert_allclose(phi, by_hand / by_hand.sum(axis=1, keepdims=True))
+    assert "cost no privacy" in strategy.privacy_report().details["seed_words"]
+
+
+def test_a_seeded_fedlda_run_puts_the_seeded_topics_first(tmp_path):
+    """As for lda, through fedlda's phi (mechanism none: the prior's effect, not the noise's, is under test)."""
+    truth, words = synthetic_truth(parse_run_config(SMALL))
+    lines = [" ".join(words[j] for j in np.argsort(-truth[t])[:4]) for t in (4, 1)]
+    config = {**SMALL, "method": "fedlda", "fedlda.mechanism": "none", "fedlda.local-sweeps": 5,
+              "seed-words": _file(tmp_path, "\n".join(lines) + "\n"), "seed-weight": 20.0,
+              "output-dir": str(tmp_path / "run")}
+    config.pop("lda.local-sweeps")
+    model = run_server(LoopbackGrid(make_client_app(config), 3, config), config)
+    column = {w: j for j, w in enumerate(words)}
+    true_phi = truth[:, [column[w] for w in model.vocabulary]]
+    true_phi /= true_phi.sum(axis=1, keepdims=True)
+    similarity = np.sqrt(model.topic_word) @ np.sqrt(true_phi).T
+    assert similarity[0].argmax() == 4 and similarity[1].argmax() == 1

@@ -16,9 +16,10 @@ The file is public text the server reads; it depends on no party's documents.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from flower_topics.options import shown
 
 #: The default ``seed-weight``: the pseudo-count a seed word adds to its topic's prior.
 SEED_WEIGHT = 100.0
+
+logger = logging.getLogger("flower_topics")
 
 
 def read_seed_lines(path: str) -> list[list[str]]:
@@ -133,6 +136,11 @@ class SeedPrior:
         priors[rows[self.words], self.topics] += self.weight
         return rows, priors
 
+    def privacy_note(self) -> str:
+        """What the privacy report says of the seeds (its ``seed_words`` entry)."""
+        return (f"public: {self.topics.size} seed word(s) for {self.seeded_topics} topic(s), read by the server from "
+                "the seed-words file; they depend on no party's documents and cost no privacy")
+
 
 def seed_prior(lines: Sequence[Sequence[str]], vocabulary: Sequence[str], n_topics: int, weight: float
                ) -> tuple[SeedPrior, list[str]]:
@@ -186,6 +194,43 @@ def load_seed_prior(path: str, vocabulary: Sequence[str], n_topics: int, weight:
     if lowercase:
         lines = [list(dict.fromkeys(word.lower() for word in line)) for line in lines]
     return seed_prior(lines, vocabulary, n_topics, weight)
+
+
+def check_seed_file(config: Mapping[str, Any]) -> None:
+    """Before a run: the validated run config's ``seed-words`` file (if any) can be read, holds seed words and
+    seeds at most ``num-topics`` topics; its words meet the vocabulary only once that is agreed.
+
+    Raises
+    ------
+    UserInputError
+        One line naming what is wrong with the file.
+    """
+    path = str(config.get("seed-words", ""))
+    if not path:
+        return
+    lines = read_seed_lines(path)
+    if len(lines) > int(config["num-topics"]):
+        raise UserInputError(f"seed-words: the file seeds {len(lines)} topics but num-topics is "
+                             f"{config['num-topics']}; give at most one line per topic")
+
+
+def config_seed_prior(config: Mapping[str, Any], vocabulary: Sequence[str]) -> SeedPrior | None:
+    """The seed prior of a validated run config over the agreed ``vocabulary`` (None without ``seed-words``);
+    the seed words outside it are named in one warning line (:func:`dropped_line`) and dropped.
+
+    Raises
+    ------
+    UserInputError
+        As :func:`load_seed_prior`.
+    """
+    path = str(config.get("seed-words", ""))
+    if not path:
+        return None
+    seeds, dropped = load_seed_prior(path, vocabulary, int(config["num-topics"]), float(config["seed-weight"]),
+                                     lowercase=bool(config["lowercase"]))
+    if dropped:
+        logger.warning("%s", dropped_line(dropped))
+    return seeds
 
 
 def dropped_line(dropped: Sequence[str], limit: int = 20) -> str:

@@ -44,7 +44,6 @@ tokens, so that none is counted twice.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -53,13 +52,11 @@ from flwr.app import Array, ArrayRecord
 from flower_topics.strategies.carried_counts import CarriedCounts
 from flower_topics.errors import UserInputError
 from flower_topics.models.lda import topic_word_distribution
-from flower_topics.models.seed_words import dropped_line, load_seed_prior
+from flower_topics.models.seed_words import config_seed_prior
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import lda as wire
 from flower_topics.wire.protocol import ReplyError, ReplySpec
-
-logger = logging.getLogger("flower_topics")
 
 
 def counts_record(counts: np.ndarray) -> ArrayRecord:
@@ -114,13 +111,7 @@ class ADLDA(TopicStrategy):
             One line when the seed-words file is missing, unreadable or empty, seeds more topics than
             ``num-topics``, or holds no word of the vocabulary.
         """
-        settings = wire.LDASettings.from_record(config)
-        if str(config.get("seed-words", "")):
-            seeds, dropped = load_seed_prior(str(config["seed-words"]), vocabulary, settings.n_topics,
-                                             float(config["seed-weight"]), lowercase=bool(config["lowercase"]))
-            if dropped:
-                logger.warning("%s", dropped_line(dropped))
-            settings = settings.with_seeds(seeds)
+        settings = wire.LDASettings.from_record(config).with_seeds(config_seed_prior(config, vocabulary))
         return cls(vocabulary, settings, **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
@@ -143,9 +134,7 @@ class ADLDA(TopicStrategy):
         report = super().privacy_report()
         if self.seeds is None:
             return report
-        public = (f"public: {self.seeds.topics.size} seed word(s) for {self.seeds.seeded_topics} topic(s), read by "
-                  "the server from the seed-words file; they depend on no party's documents and cost no privacy")
-        return dataclasses.replace(report, details={**report.details, "seed_words": public})
+        return dataclasses.replace(report, details={**report.details, "seed_words": self.seeds.privacy_note()})
 
     def settings(self) -> dict[str, Any]:
         """K, alpha, beta and the local sweeps."""

@@ -31,8 +31,7 @@ from typing import Any, Mapping
 import numpy as np
 from flwr.app import ArrayRecord
 
-from flower_topics.errors import UserInputError
-from flower_topics.models.seed_words import SeedPrior, read_seed_lines
+from flower_topics.models.seed_words import SeedPrior
 from flower_topics.options import Option, at_least
 from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
@@ -138,25 +137,6 @@ class LDASettings:
 
 #: The settings class (what every party of a round receives).
 SETTINGS = LDASettings
-
-
-def check_config(config: Mapping[str, Any]) -> None:
-    """What an ``lda`` run needs before round 1: a ``seed-words`` file (if named) that can be read, holds
-    seed words and seeds at most ``num-topics`` topics (its words are matched to the vocabulary once it
-    is agreed, by the strategy).
-
-    Raises
-    ------
-    UserInputError
-        One line naming what is wrong with the file.
-    """
-    path = str(config.get("seed-words", ""))
-    if not path:
-        return
-    lines = read_seed_lines(path)
-    if len(lines) > int(config["num-topics"]):
-        raise UserInputError(f"seed-words: the file seeds {len(lines)} topics but num-topics is "
-                             f"{config['num-topics']}; give at most one line per topic")
 
 
 def reply_spec(settings: LDASettings, vocab_size: int) -> ReplySpec:
