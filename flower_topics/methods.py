@@ -154,9 +154,7 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
                private=True, topic_counts=fedlda.COUNTS_KEY, seed_words=""),
     MethodSpec("pctd", "PC-TD (Shi et al., IEEE Intelligent Systems 2020): EM over semantic units, Gaussian noise",
                pctd, "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP", private=True,
-               secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes,
-               seed_words="its strategy normalizes p(w|z) with one pseudo-count for every word (the seed prior is "
-                          "not wired into it)"),
+               secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes, seed_words=""),
     MethodSpec("ftm", "FTM (Jiang et al., CIKM 2019): private MH on Laplace-thresholded counts, topic merging",
                ftm, "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP", private=True,
                node_options=ftm.NODE_OPTIONS, quality_notes=ftm.quality_notes,
