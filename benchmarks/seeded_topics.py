@@ -4,8 +4,8 @@
         --seeds benchmarks/seeds/bbc_news.txt --labels business entertainment politics sport tech \
         --out runs/seeded/bbc
     python benchmarks/seeded_topics.py --dataset ../shared/datasets/debian_large/corpus.jsonl \
-        --seeds benchmarks/seeds/debian_large.txt --labels games sound science x11 fonts \
-        --set max-vocab=5000 --rounds 60 --out runs/seeded/debian
+        --seeds benchmarks/seeds/debian_large.txt --labels games sound science fonts mail --topics 50 \
+        --set max-vocab=5000 --speed-topics 50 --repeats 5 --out runs/seeded/debian
     python benchmarks/seeded_topics.py --dataset ../shared/datasets/BBC_News \
         --seeds benchmarks/seeds/bbc_news.txt --speed-only --speed-topics 20 1000
 
