@@ -146,9 +146,7 @@ def _load(path: str) -> Any:
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
                lda, "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP", private=False,
-               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY, seed_words="",
-               fixed_on_resume={"seed-words": "the seed words are the prior of the counts the parties sample",
-                                "seed-weight": "the seed weight is part of the prior the parties sample with"}),
+               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY, seed_words=""),
     MethodSpec("fedlda", "FedLDA (Wang, Tong and Shi, AAAI 2020): local sampling, RRP-perturbed update tuples",
                fedlda, "flower_topics.strategies.fedlda:FedLDA", "flower_topics.clients.fedlda:STEP",
                private=True, topic_counts=fedlda.COUNTS_KEY, seed_words=""),
