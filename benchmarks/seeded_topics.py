@@ -29,21 +29,24 @@ unseeded). Writes ``results.md`` into ``--out`` and prints it.
 from __future__ import annotations
 
 import argparse
-import sys
 import logging
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
 from scoring import score
 
 from flower_topics.data.prepare import load_run_data, training_corpus
 from flower_topics.federation.client_app import make_client_app
 from flower_topics.federation.server_app import run_server
 from flower_topics.models.lda import CollapsedGibbs
-from flower_topics.models.seed_words import SEED_WEIGHT, load_seed_prior, read_seed_lines
+from flower_topics.models.seed_words import (
+    SEED_WEIGHT,
+    load_seed_prior,
+    read_seed_lines,
+)
 from flower_topics.run.config import parse_assignments, parse_run_config
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.topic_model.document_topics import count_corpus, document_topics
@@ -80,8 +83,8 @@ def quality(args: argparse.Namespace, base: dict, lines: list[list[str]], out: P
         metrics = score(model, data, parse_run_config(config))
         rows[name] = {**metrics, "wall_time": seconds}
         models[name] = (model, top_topics(model, heldout))
-    table = ["| seed line | label | held-out docs | seeded topic: seeds in top 10 | seeded topic: share of the "
-             "label's docs on top | without seeds: best topic's share | its seeds in top 10 |",
+    table = [("| seed line | label | held-out docs | seeded topic: seeds in top 10 | seeded topic: share of the "
+              "label's docs on top | without seeds: best topic's share | its seeds in top 10 |"),
              "|---|---|---|---|---|---|---|"]
     seeded, plain = models["with seeds"], models["without seeds"]
     for i, (words, label) in enumerate(zip(lines, args.labels)):
@@ -105,8 +108,8 @@ def quality(args: argparse.Namespace, base: dict, lines: list[list[str]], out: P
 def speed(args: argparse.Namespace, base: dict) -> list[str]:
     """Seeded and unseeded sweeps of the pooled training documents, alternated (Markdown lines)."""
     corpus = training_corpus(load_run_data(parse_run_config(base)).corpus)
-    table = ["| K | kernel | tokens | sweeps | unseeded best | seeded best | ratio best | unseeded median | "
-             "seeded median | ratio median | ratio best (CPU time) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    table = [("| K | kernel | tokens | sweeps | unseeded best | seeded best | ratio best | unseeded median | "
+              "seeded median | ratio median | ratio best (CPU time) |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for k in args.speed_topics:
         prior, _ = load_seed_prior(args.seeds, corpus.vocabulary, k, args.weight)
         start = np.random.default_rng(args.seed).integers(0, k, corpus.n_tokens, dtype=np.int32)
@@ -129,8 +132,8 @@ def speed(args: argparse.Namespace, base: dict) -> list[str]:
                      f"{best['unseeded']:.2f} | {best['seeded']:.2f} | {best['seeded'] / best['unseeded']:.3f} | "
                      f"{median['unseeded']:.2f} | {median['seeded']:.2f} | "
                      f"{median['seeded'] / median['unseeded']:.3f} | {max(cpu['seeded']) / max(cpu['unseeded']):.3f} |")
-    return ["Sweep speed, Mtok/s by wall clock (one core; alternated repeats); the last column by process CPU "
-            "time, which waiting for a shared core does not inflate:", "", *table]
+    return [("Sweep speed, Mtok/s by wall clock (one core; alternated repeats); the last column by process CPU "
+             "time, which waiting for a shared core does not inflate:"), "", *table]
 
 
 def main() -> None:

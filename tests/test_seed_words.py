@@ -12,7 +12,12 @@ from flower_topics.federation.client_app import make_client_app
 from flower_topics.federation.server_app import run_server, synthetic_truth
 from flower_topics.methods import METHODS
 from flower_topics.models.lda import topic_word_distribution
-from flower_topics.models.seed_words import SeedPrior, dropped_line, read_seed_lines, seed_prior
+from flower_topics.models.seed_words import (
+    SeedPrior,
+    dropped_line,
+    read_seed_lines,
+    seed_prior,
+)
 from flower_topics.run.config import parse_run_config
 from flower_topics.strategies.lda import ADLDA
 from flower_topics.topic_model.model_file import load_model
