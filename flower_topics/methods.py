@@ -19,6 +19,7 @@ from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from flower_topics.errors import UserInputError
+from flower_topics.models.seed_words import check_seed_file
 from flower_topics.options import Option
 from flower_topics.wire import dplda, fedlda, ftm, lda, ntm, pctd
 
@@ -86,6 +87,9 @@ class MethodSpec:
         ``planned_releases(config) -> releases or None``: what one whole run of this run config releases
         of a party's documents (:class:`~flower_topics.privacy.ledger.Release`); a party with a privacy
         ledger refuses, before round 1, a run that alone would spend more than its lifetime cap.
+    seed_words : str, default a refusal
+        Why a run with ``seed-words`` (guided topics) is refused, in a few words; ``""``: the
+        method takes seed words (its strategy reads the file).
     """
 
     name: str
@@ -101,6 +105,7 @@ class MethodSpec:
     fixed_on_resume: Mapping[str, str] = field(default_factory=dict)
     topic_counts: str | None = None
     planned_releases: Callable[[Mapping[str, Any]], tuple[Release, ...] | None] = _no_plan
+    seed_words: str = "its strategy does not read seed words"
 
     @property
     def options(self) -> Mapping[str, Option]:
@@ -121,11 +126,17 @@ class MethodSpec:
 
     def check(self, config: Mapping[str, Any]) -> None:
         """Refuse, in one line, a validated run config this method cannot run: secure aggregation
-        it does not support, or what its :attr:`check_config` refuses."""
+        it does not support, seed words it does not take (:attr:`seed_words`), or what its
+        :attr:`check_config` refuses."""
         if bool(config.get("secure-aggregation", False)) and not self.secure_sum:
             able = ", ".join(spec.name for spec in METHODS.values() if spec.secure_sum) or "none"
             raise UserInputError(f"secure-aggregation=true: {self.name}'s replies are not sums the server could add "
                                  f"under masks (methods that support it: {able}; docs/secure-aggregation.md)")
+        if str(config.get("seed-words", "")) and self.seed_words:
+            able = ", ".join(spec.name for spec in METHODS.values() if not spec.seed_words) or "none"
+            raise UserInputError(f"seed-words: {self.name} cannot take seed words: {self.seed_words} (methods that "
+                                 f"do: {able}; docs/topics-in-use.md)")
+        check_seed_file(config)
         self.check_config(config)
 
     def notes(self, config: Mapping[str, Any]) -> list[str]:
@@ -146,24 +157,30 @@ def _load(path: str) -> Any:
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
                lda, "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP", private=False,
-               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY),
+               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY, seed_words=""),
     MethodSpec("fedlda", "FedLDA (Wang, Tong and Shi, AAAI 2020): local sampling, RRP-perturbed update tuples",
                fedlda, "flower_topics.strategies.fedlda:FedLDA", "flower_topics.clients.fedlda:STEP",
-               private=True, topic_counts=fedlda.COUNTS_KEY),
+               private=True, topic_counts=fedlda.COUNTS_KEY, seed_words=""),
     MethodSpec("pctd", "PC-TD (Shi et al., IEEE Intelligent Systems 2020): EM over semantic units, Gaussian noise",
                pctd, "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP", private=True,
-               secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes),
+               secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes, seed_words=""),
     MethodSpec("ftm", "FTM (Jiang et al., CIKM 2019): private MH on Laplace-thresholded counts, topic merging",
                ftm, "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP", private=True,
-               node_options=ftm.NODE_OPTIONS, quality_notes=ftm.quality_notes),
+               node_options=ftm.NODE_OPTIONS, quality_notes=ftm.quality_notes,
+               seed_words="each party learns its own K_p topics and the server merges them by similarity, so no "
+                          "topic index is shared for a seed line to name"),
     MethodSpec("ntm", "gFedNTM (Calvo-Bartolome and Arenas-Garcia 2023): Sync-Opt of ProdLDA/CTM, DP-SGD",
                ntm, "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP", private=True,
-               secure_sum=ntm.SECURE_SUM, quality_notes=ntm.quality_notes),
+               secure_sum=ntm.SECURE_SUM, quality_notes=ntm.quality_notes,
+               seed_words="ProdLDA/CombinedTM have no topic-word Dirichlet prior (the decoder is learned by "
+                          "gradient)"),
     MethodSpec("dplda", "DP-SVI (Park et al. 2016): Poisson-sampled documents, clipped expected counts, Gaussian "
                "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
                "flower_topics.clients.dplda:STEP", private=True, secure_sum=dplda.SECURE_SUM, node_options=dplda.NODE_OPTIONS,
                check_config=dplda.check_config, quality_notes=dplda.quality_notes,
                planned_releases=dplda.planned_releases,
+               seed_words="its eta prior and public starting topics are symmetric (the seed prior is not wired into "
+                          "them)",
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
                                               "whole-run budget; another num-rounds would change the noise"}),
 )})

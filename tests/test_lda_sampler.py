@@ -15,6 +15,7 @@ from flower_topics.numeric import work_arrays as scratch
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.lda import (_LANES, SPARSE_MIN_TOPICS, CollapsedGibbs, choose_kernel, fit_lda,
                                       topic_word_distribution, word_topic_buffer)
+from flower_topics.models.seed_words import SeedPrior
 
 KERNELS = ["dense", "sparse"]
 
@@ -25,9 +26,19 @@ def _rebuilt(corpus: Corpus, z: np.ndarray, k: int) -> np.ndarray:
     return counts
 
 
-def _exact_posterior(corpus: Corpus, k: int, alpha: float, beta: float) -> dict[tuple[int, ...], float]:
-    """p(z | w) by enumeration: prod_d prod_k G(n_dk+a) * prod_k [prod_w G(n_kw+b) / G(n_k+Vb)]."""
-    v, doc_ids = corpus.n_words, corpus.doc_ids
+def _prior(k: int, v: int, beta: float, seeds: SeedPrior | None) -> np.ndarray:
+    """beta_kw as a (K, V) matrix, written out by hand: beta, plus the seed weight at each seed pair."""
+    prior = np.full((k, v), beta)
+    for topic, word in zip(seeds.topics if seeds else [], seeds.words if seeds else []):
+        prior[topic, word] = beta + seeds.weight
+    return prior
+
+
+def _exact_posterior(corpus: Corpus, k: int, alpha: float, beta: float,
+                     seeds: SeedPrior | None = None) -> dict[tuple[int, ...], float]:
+    """p(z | w) by enumeration: prod_d prod_k G(n_dk+a) * prod_k [prod_w G(n_kw+b_kw) / G(n_k+sum_w b_kw)]."""
+    doc_ids = corpus.doc_ids
+    prior = _prior(k, corpus.n_words, beta, seeds)
     logp = {}
     for z in itertools.product(range(k), repeat=corpus.n_tokens):
         z = np.array(z)
@@ -35,20 +46,31 @@ def _exact_posterior(corpus: Corpus, k: int, alpha: float, beta: float) -> dict[
         np.add.at(n_dk, (doc_ids, z), 1)
         n_kw = _rebuilt(corpus, z, k)
         lp = sum(lgamma(x + alpha) for x in n_dk.ravel())
-        lp += sum(lgamma(x + beta) for x in n_kw.ravel()) - sum(lgamma(x + v * beta) for x in n_kw.sum(1))
+        lp += sum(lgamma(x + b) for x, b in zip(n_kw.ravel(), prior.ravel()))
+        lp -= sum(lgamma(x + b) for x, b in zip(n_kw.sum(1), prior.sum(1)))
         logp[tuple(z)] = lp
     m = max(logp.values())
     total = sum(np.exp(x - m) for x in logp.values())
     return {z: float(np.exp(x - m) / total) for z, x in logp.items()}
 
 
+#: An asymmetric prior for the tests (guided topics): word 1 seeded in topics 0 and 2, word 0 in topic 1.
+_SEED_PAIRS = ([0, 2, 1], [1, 1, 0])
+
+
+@pytest.mark.parametrize("seeded", [False, True])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_sampler_draws_from_the_exact_lda_posterior(kernel):
-    """Long-run frequencies of the 27 joint states match the posterior computed by enumeration."""
+def test_sampler_draws_from_the_exact_lda_posterior(kernel, seeded):
+    """Long-run frequencies of the 27 joint states match the posterior computed by enumeration, with the
+    symmetric prior and with an asymmetric one (seed words)."""
     corpus = Corpus.from_documents([[0, 1], [1]], ["a", "b"])
     k, alpha, beta = 3, 0.3, 0.2
-    exact = _exact_posterior(corpus, k, alpha, beta)
-    sampler = CollapsedGibbs(corpus, k, alpha, beta, seed=11, kernel=kernel)
+    seeds = SeedPrior(*_SEED_PAIRS, weight=0.9, n_topics=k, n_words=2) if seeded else None
+    exact = _exact_posterior(corpus, k, alpha, beta, seeds)
+    if seeded:  # the seeds move the posterior by far more than the test resolves
+        plain = _exact_posterior(corpus, k, alpha, beta)
+        assert 0.5 * sum(abs(plain[z] - p) for z, p in exact.items()) > 0.1
+    sampler = CollapsedGibbs(corpus, k, alpha, beta, seed=11, kernel=kernel, seeds=seeds)
     n_kw = sampler.topic_word_counts()
     draws = 30000
     freq: dict[tuple[int, ...], int] = {}
@@ -63,9 +85,11 @@ def test_sampler_draws_from_the_exact_lda_posterior(kernel):
 
 
 def _one_token_conditional(corpus: Corpus, z: np.ndarray, n_kw: np.ndarray, i: int, alpha: float,
-                           beta: float) -> np.ndarray:
-    """p(z_i = k | rest) ∝ (n_dk + alpha)(n_kw + beta)/(n_k + V beta), counts without token i, in plain numpy."""
+                           beta: float, seeds: SeedPrior | None = None) -> np.ndarray:
+    """p(z_i = k | rest) ∝ (n_dk + alpha)(n_kw + beta_kw)/(n_k + sum_w beta_kw), counts without token i, in
+    plain numpy."""
     k = n_kw.shape[0]
+    prior = _prior(k, corpus.n_words, beta, seeds)
     w, d = corpus.tokens[i], corpus.doc_ids[i]
     n_dk = np.bincount(z[corpus.doc_ids == d], minlength=k).astype(float)
     n_w = n_kw[:, w].astype(float)
@@ -73,32 +97,37 @@ def _one_token_conditional(corpus: Corpus, z: np.ndarray, n_kw: np.ndarray, i: i
     n_dk[z[i]] -= 1
     n_w[z[i]] -= 1
     n_k[z[i]] -= 1
-    p = (n_dk + alpha) * (n_w + beta) / (n_k + corpus.n_words * beta)
+    p = (n_dk + alpha) * (n_w + prior[:, w]) / (n_k + prior.sum(axis=1))
     return p / p.sum()
 
 
+@pytest.mark.parametrize("seeded", [False, True])
 @pytest.mark.parametrize("k", [7, 37])
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_one_token_draws_match_its_enumerated_conditional(kernel, k):
+def test_one_token_draws_match_its_enumerated_conditional(kernel, k, seeded):
     """Redrawing one token many times, all else fixed, gives its exact full conditional (chi-square).
 
     The counts conditioned on hold other parties' tokens as well (the federated case),
     and the priors are large enough that every term (alpha, beta, both buckets of the
     sparse kernel) moves the conditional by more than the test can resolve. K=7 and
     K=37 take the dense kernel's 4-lane and 8-lane forms, each with padding topics.
+    ``seeded``: an asymmetric prior (seed words), the token's own word seeded in some topics and
+    other words in others, so that both its numerator and every topic's prior mass change.
     """
     rng = np.random.default_rng(5)
     alpha, beta = 0.4, 0.3
     corpus = Corpus.from_documents([[0, 1, 2, 1, 3], [1, 1, 4, 0], [2, 3, 3, 5, 1, 1]],
                                    [f"w{i}" for i in range(6)])
     z = rng.integers(0, k, corpus.n_tokens).astype(np.int32)
-    sampler = CollapsedGibbs(corpus, k, alpha, beta, seed=3, z=z.copy(), kernel=kernel)
+    seeds = (SeedPrior([0, 3, 5, 1, 2, 6], [1, 1, 1, 0, 4, 2], weight=1.2, n_topics=k, n_words=6)
+             if seeded else None)
+    sampler = CollapsedGibbs(corpus, k, alpha, beta, seed=3, z=z.copy(), kernel=kernel, seeds=seeds)
     others = rng.integers(0, 3, (k, corpus.n_words)).astype(np.int32)
     others[:, 1] = 0  # word 1: no counts elsewhere, so n_kw = 0 for some topics and beta matters
     n_kw = sampler.topic_word_counts() + others
     draws = 20_000
     for i in (1, 7):  # word 1 in documents 0 and 1
-        expected = _one_token_conditional(corpus, sampler.z, n_kw, i, alpha, beta)
+        expected = _one_token_conditional(corpus, sampler.z, n_kw, i, alpha, beta, seeds)
         assert expected.min() * draws > 50 and expected.max() < 0.5  # every cell of the chi-square well filled
         counts = np.zeros(k, dtype=np.int64)
         for _ in range(draws):
@@ -106,6 +135,9 @@ def test_one_token_draws_match_its_enumerated_conditional(kernel, k):
             counts[sampler.z[i]] += 1
         np.testing.assert_array_equal(n_kw, sampler.topic_word_counts() + others)  # bookkeeping kept
         assert chisquare(counts, expected * draws).pvalue > 1e-4, (counts / draws, expected)
+        if seeded:  # the test tells the seeded conditional from the symmetric one
+            plain = _one_token_conditional(corpus, sampler.z, n_kw, i, alpha, beta)
+            assert chisquare(counts, plain * draws).pvalue < 1e-9
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -82,7 +82,7 @@ def train_round(
     last_applied_round : int
         Round of this client's last update the server applied (0 = none).
     settings : LDASettings
-        K, the priors and the sweeps per round.
+        K, the priors (with the seed pairs of guided topics, if any) and the sweeps per round.
     seed : int
         Seed of this client.
 
@@ -100,7 +100,7 @@ def train_round(
     rng = np.random.default_rng([seed, server_round])
     base_z = acknowledge(state, last_applied_round)
     sampler = CollapsedGibbs(corpus, settings.n_topics, settings.alpha, settings.beta, rng,
-                             z=None if base_z is None else base_z.copy())
+                             z=None if base_z is None else base_z.copy(), seeds=settings.seed_prior(corpus.n_words))
     if base_z is None:  # first update: the server does not hold this client's counts yet
         global_counts += sampler.topic_word_counts().T
     # the change, from whichever is smaller: the counts before the sweeps (their difference) or the topics

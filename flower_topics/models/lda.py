@@ -4,7 +4,11 @@ The full conditional of a token's topic (Griffiths & Steyvers 2004, eq. 5)::
 
     p(z_i = k | z_-i, w) ∝ (n_dk + alpha) (n_kw + beta) / (n_k + V beta)
 
-with every count taken without token i. The same kernels serve the centralized
+with every count taken without token i. With seed words (guided topics,
+:mod:`flower_topics.models.seed_words`) the prior is asymmetric: ``beta`` becomes ``beta_kw``
+and ``V beta`` the topic's prior mass ``B_k = sum_w beta_kw``; both kernels draw from that
+conditional exactly, and a corpus without seeds takes the same code path as before (one
+branch per token on an empty array). The same kernels serve the centralized
 trainer (counts of one corpus) and the federated client, which conditions on the
 *global* counts of all clients and updates its copy in place as its own tokens
 move (AD-LDA, Newman et al. 2009, eq. 1-3).
@@ -46,6 +50,7 @@ from numba.extending import intrinsic
 
 from flower_topics.numeric import work_arrays as scratch
 from flower_topics.data.corpus import Corpus
+from flower_topics.models.seed_words import SeedPrior
 from flower_topics.models.topic_word import normalize_rows
 
 #: The sampling kernels; both draw every token from its exact full conditional.
@@ -107,12 +112,16 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
     constants (numba caches each kernel by them); ``topics=0``: K taken from the counts at run time."""
 
     @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-    def dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms):  # pragma: no cover - numba
+    def dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta,
+                     uniforms):  # pragma: no cover - numba
         """Resample ``z[t]`` (word ``tokens[t]`` of document ``doc_ids[t]``) for every t in turn.
 
         Each draw is from the full conditional over all K topics,
-        ``p(k) ∝ (n_dk + alpha)(n_kw + beta) / (n_k + V beta)``, with the token's own
-        count taken out. The counts are exact integers, updated in place: ``dk`` is
+        ``p(k) ∝ (n_dk + alpha)(n_kw + beta_kw) / (n_k + B_k)``, with the token's own
+        count taken out. The prior: ``beta_kw = beta`` for a word with ``seed_rows[w] < 0`` (every word
+        when ``seed_rows`` is empty), else ``seed_beta[seed_rows[w], k]`` (float32, ``width`` columns, see
+        :mod:`flower_topics.models.seed_words`); ``B_k = v_beta[k]`` (float64, K).
+        The counts are exact integers, updated in place: ``dk`` is
         ``n_dk`` (D x K int32), ``wk`` is ``n_wk`` (V x K int32, word-major: a token reads
         one contiguous row), ``nk`` is ``n_k`` (K int64). Both int32 arrays must be followed
         in memory by at least ``lanes - 1`` more entries (any values, see :func:`_with_slack`):
@@ -138,19 +147,20 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
         """
         n_topics = topics if topics else nk.shape[0]
         width = (n_topics + lanes - 1) // lanes * lanes
-        inv = np.zeros(width, np.float32)  # 1 / (n_k + V beta), 0 on the padding topics
-        inv_less = np.zeros(n_topics, np.float32)  # 1 / (n_k - 1 + V beta)
-        inv_more = np.zeros(n_topics, np.float32)  # 1 / (n_k + 1 + V beta)
+        inv = np.zeros(width, np.float32)  # 1 / (n_k + B_k), 0 on the padding topics
+        inv_less = np.zeros(n_topics, np.float32)  # 1 / (n_k - 1 + B_k)
+        inv_more = np.zeros(n_topics, np.float32)  # 1 / (n_k + 1 + B_k)
         for k in range(n_topics):
-            inv[k] = _recip(nk[k] + v_beta)
-            inv_less[k] = _recip(nk[k] - 1 + v_beta)
-            inv_more[k] = _recip(nk[k] + 1 + v_beta)
+            inv[k] = _recip(nk[k] + v_beta[k])
+            inv_less[k] = _recip(nk[k] - 1 + v_beta[k])
+            inv_more[k] = _recip(nk[k] + 1 + v_beta[k])
         weight = np.zeros(width, np.float32)  # (n_dk + alpha) / (n_k + V beta) of the current document
         cum = np.zeros(width + lanes, np.float32)
         before = np.zeros(lanes, np.float32)  # before[l]: sum of the lanes before l
         a = np.float32(alpha)
         b = np.float32(beta)
         last_lane = min(n_topics, lanes) - 1
+        seeded = seed_rows.shape[0] > 0
         n_tokens = tokens.shape[0]
         current = -1
         flat = wk.reshape(-1)
@@ -173,10 +183,16 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
             nk[k] -= 1
             inv_more[k] = inv[k]
             inv[k] = inv_less[k]
-            inv_less[k] = _recip(nk[k] - 1 + v_beta)
+            inv_less[k] = _recip(nk[k] - 1 + v_beta[k])
             weight[k] = (np.float32(d_row[k]) + a) * inv[k]
-            for j in range(width):
-                cum[j + lanes] = cum[j] + weight[j] * (np.float32(w_row[j]) + b)
+            r = seed_rows[w] if seeded else -1
+            if r < 0:
+                for j in range(width):
+                    cum[j + lanes] = cum[j] + weight[j] * (np.float32(w_row[j]) + b)
+            else:  # a seed word: its own prior per topic
+                b_row = seed_beta[r]
+                for j in range(width):
+                    cum[j + lanes] = cum[j] + weight[j] * (np.float32(w_row[j]) + b_row[j])
             total = np.float32(0.0)
             for lane in range(lanes):
                 before[lane] = total
@@ -199,7 +215,7 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
             nk[k] += 1
             inv_less[k] = inv[k]
             inv[k] = inv_more[k]
-            inv_more[k] = _recip(nk[k] + 1 + v_beta)
+            inv_more[k] = _recip(nk[k] + 1 + v_beta[k])
             weight[k] = (np.float32(d_row[k]) + a) * inv[k]
 
     return dense_kernel
@@ -216,9 +232,10 @@ def _dense_kernel_for(n_topics: int) -> Callable[..., None]:
     return _make_dense_kernel(4, n_topics) if n_topics <= _FEW_TOPICS else _DENSE_KERNEL_ANY_K
 
 
-def _dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms):
+def _dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta, uniforms):
     """The dense kernel for ``nk``'s number of topics (:func:`_dense_kernel_for`)."""
-    _dense_kernel_for(nk.shape[0])(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, uniforms)
+    _dense_kernel_for(nk.shape[0])(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta,
+                                   uniforms)
 
 
 def _with_slack(name: str, shape: tuple[int, int]) -> np.ndarray:
@@ -287,12 +304,15 @@ def _tree_set(tree, leaf, value):  # pragma: no cover - numba
 
 
 @njit(cache=True, nogil=True, fastmath=_FASTMATH)
-def _sparse_kernel(words, offsets, z, wk, nk, lists, alpha, beta, v_beta, uniforms, max_len):  # pragma: no cover
+def _sparse_kernel(words, offsets, z, wk, nk, lists, alpha, beta, v_beta, seed_rows, seed_beta, uniforms,
+                   max_len):  # pragma: no cover
     """Resample ``z[t]`` (word ``words[t]`` of the document whose topic list starts at ``offsets[t]``) for every t.
 
     Each draw is from the full conditional, split into the document bucket
     ``sum_k n_dk q_w(k)`` over the document's own topics and the prior bucket
-    ``alpha sum_k q_w(k)`` held in a sum tree. ``wk`` is ``n_wk`` (V x K int32,
+    ``alpha sum_k q_w(k)`` held in a sum tree, ``q_w(k) = (n_kw + beta_kw) / (n_k + B_k)``
+    (the prior as in the dense kernel: ``seed_rows``, ``seed_beta`` float64 ``R x K``, ``v_beta``).
+    ``wk`` is ``n_wk`` (V x K int32,
     word-major, including every count conditioned on), ``nk`` is ``n_k`` (K int64);
     both are updated in place. A document's topic list (see :func:`_doc_topic_lists`)
     is ``lists[o]`` = its number of distinct topics n, then n (topic, count) pairs,
@@ -309,9 +329,11 @@ def _sparse_kernel(words, offsets, z, wk, nk, lists, alpha, beta, v_beta, unifor
     tree = np.zeros(2 * size)  # leaf size + k holds q_w(k); node j = node 2j + node 2j+1
     inv = np.empty(n_topics)
     for k in range(n_topics):
-        inv[k] = 1.0 / (nk[k] + v_beta)
+        inv[k] = 1.0 / (nk[k] + v_beta[k])
     p = np.empty(max(max_len, 1))
+    seeded = seed_rows.shape[0] > 0
     cur_w = -1
+    r = -1
     for t in range(n_tokens):
         if t + _AHEAD < n_tokens:  # the next documents' lists are random accesses
             _prefetch(lists, offsets[t + _AHEAD])
@@ -319,16 +341,21 @@ def _sparse_kernel(words, offsets, z, wk, nk, lists, alpha, beta, v_beta, unifor
         o = offsets[t]
         old = z[t]
         if w != cur_w:
-            for k in range(n_topics):
-                tree[size + k] = (wk[w, k] + beta) * inv[k]
+            r = seed_rows[w] if seeded else -1
+            if r < 0:
+                for k in range(n_topics):
+                    tree[size + k] = (wk[w, k] + beta) * inv[k]
+            else:
+                for k in range(n_topics):
+                    tree[size + k] = (wk[w, k] + seed_beta[r, k]) * inv[k]
             for j in range(size - 1, 0, -1):
                 tree[j] = tree[2 * j] + tree[2 * j + 1]
             cur_w = w
         # take the token out of every count
         wk[w, old] -= 1
         nk[old] -= 1
-        inv[old] = 1.0 / (nk[old] + v_beta)
-        _tree_set(tree, size + old, (wk[w, old] + beta) * inv[old])
+        inv[old] = 1.0 / (nk[old] + v_beta[old])
+        _tree_set(tree, size + old, (wk[w, old] + (beta if r < 0 else seed_beta[r, old])) * inv[old])
         n = lists[o]
         e = o + 1
         while lists[e] != old:
@@ -377,8 +404,8 @@ def _sparse_kernel(words, offsets, z, wk, nk, lists, alpha, beta, v_beta, unifor
         z[t] = new
         wk[w, new] += 1
         nk[new] += 1
-        inv[new] = 1.0 / (nk[new] + v_beta)
-        _tree_set(tree, size + new, (wk[w, new] + beta) * inv[new])
+        inv[new] = 1.0 / (nk[new] + v_beta[new])
+        _tree_set(tree, size + new, (wk[w, new] + (beta if r < 0 else seed_beta[r, new])) * inv[new])
 
 
 @njit(cache=True, nogil=True)
@@ -493,6 +520,9 @@ class CollapsedGibbs:
     kernel : {"auto", "dense", "sparse"}
         Sampling kernel (:data:`KERNELS`); both are exact. ``"auto"`` takes
         :func:`choose_kernel` of ``n_topics`` and the corpus's mean document length.
+    seeds : SeedPrior, optional
+        Seed words (guided topics): the topic-word prior becomes ``beta_kw`` of
+        :meth:`SeedPrior.matrix`; None keeps it symmetric.
 
     Attributes
     ----------
@@ -513,6 +543,7 @@ class CollapsedGibbs:
         seed: int | np.random.Generator,
         z: np.ndarray | None = None,
         kernel: Literal["auto", "dense", "sparse"] = "auto",
+        seeds: SeedPrior | None = None,
     ) -> None:
         if n_topics < 1:
             raise ValueError(f"n_topics must be >= 1, got {n_topics}")
@@ -536,6 +567,8 @@ class CollapsedGibbs:
         self._doc_ids = corpus.doc_ids
         self._by_word: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # built on first sparse sweep
         self._uniforms: np.ndarray | None = None  # the dense kernel's float32 uniforms, one per token
+        self.seeds = seeds
+        self._prior = _kernel_prior(seeds, self.beta, self._n_topics, corpus.n_words)
 
     @property
     def n_dk(self) -> np.ndarray:
@@ -648,7 +681,7 @@ class CollapsedGibbs:
         """:meth:`_sweep` on :func:`word_topic_buffer`'s array ``wk``, in place."""
         corpus = self.corpus
         nk = _topic_totals(wk)
-        v_beta = corpus.n_words * self.beta
+        v_beta, seed_rows, dense_beta, sparse_beta = self._prior
         if self.kernel == "dense":
             dk = _with_slack("lda.doc-topic", (corpus.n_docs, self.n_topics))
             own = scratch.array("lda.own-word-topic", wk.shape, np.int32)
@@ -663,7 +696,8 @@ class CollapsedGibbs:
             uniforms = self._uniforms
             for _ in range(n_sweeps):
                 self.rng.random(out=uniforms, dtype=np.float32)
-                _dense_kernel(tokens, doc_ids, z, dk, wk, nk, self.alpha, self.beta, v_beta, uniforms)
+                _dense_kernel(tokens, doc_ids, z, dk, wk, nk, self.alpha, self.beta, v_beta, seed_rows, dense_beta,
+                              uniforms)
         else:
             order, all_words, all_offsets = self._word_major()
             z = self.z[order]
@@ -678,15 +712,34 @@ class CollapsedGibbs:
             lists = _doc_topic_lists(corpus.doc_ptr, self.z, self.n_topics)
             max_len = int(corpus.doc_lengths.max(initial=0))
             for _ in range(n_sweeps):
-                _sparse_kernel(words, offsets, z, wk, nk, lists, self.alpha, self.beta, v_beta,
-                               self.rng.random(words.shape[0]), max_len)
+                _sparse_kernel(words, offsets, z, wk, nk, lists, self.alpha, self.beta, v_beta, seed_rows,
+                               sparse_beta, self.rng.random(words.shape[0]), max_len)
         if positions is not None:
             self.z[positions] = z
 
 
-def topic_word_distribution(n_kw: np.ndarray, beta: float) -> np.ndarray:
-    """phi_kw = (n_kw + beta) / (n_k + V beta), float64 (Griffiths & Steyvers 2004, eq. 6)."""
-    return normalize_rows(n_kw, beta)
+def _kernel_prior(seeds: SeedPrior | None, beta: float, n_topics: int, n_words: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The prior as the kernels take it: ``B_k`` (K float64), the seed row of each word (V int32, empty
+    without seeds), the seed words' ``beta_kw`` for the dense kernel (float32, padded with zeros to a
+    multiple of ``_LANES`` topics) and for the sparse kernel (float64)."""
+    if seeds is None:
+        return (np.full(n_topics, n_words * beta), np.empty(0, np.int32), np.zeros((0, _LANES), np.float32),
+                np.zeros((0, n_topics)))
+    if (seeds.n_topics, seeds.n_words) != (n_topics, n_words):
+        raise ValueError(f"the seed prior is for {seeds.n_topics} topics and {seeds.n_words} words, the sampler "
+                         f"has {n_topics} and {n_words}")
+    rows, priors = seeds.word_rows(beta)
+    width = (n_topics + _LANES - 1) // _LANES * _LANES
+    dense = np.zeros((priors.shape[0], width), np.float32)
+    dense[:, :n_topics] = priors
+    return seeds.topic_sums(beta), rows, dense, np.ascontiguousarray(priors)
+
+
+def topic_word_distribution(n_kw: np.ndarray, beta: float, seeds: SeedPrior | None = None) -> np.ndarray:
+    """phi_kw = (n_kw + beta_kw) / (n_k + B_k), float64 (Griffiths & Steyvers 2004, eq. 6): ``beta_kw = beta``
+    without seeds, else :meth:`SeedPrior.matrix`."""
+    return normalize_rows(n_kw, beta if seeds is None else seeds.matrix(beta))
 
 
 def fit_lda(
@@ -699,6 +752,7 @@ def fit_lda(
     seed: int,
     callback: Callable[[int, np.ndarray], None] | None = None,
     kernel: Literal["auto", "dense", "sparse"] = "auto",
+    seeds: SeedPrior | None = None,
 ) -> np.ndarray:
     """Centralized collapsed Gibbs LDA.
 
@@ -718,16 +772,18 @@ def fit_lda(
         ``callback(iteration, n_kw)`` after each sweep (iteration from 1).
     kernel : {"auto", "dense", "sparse"}
         Sampling kernel of :class:`CollapsedGibbs`.
+    seeds : SeedPrior, optional
+        Seed words (guided topics) of :class:`CollapsedGibbs`.
 
     Returns
     -------
     numpy.ndarray
         ``(K, V)`` topic-word distribution phi.
     """
-    sampler = CollapsedGibbs(corpus, n_topics, alpha, beta, seed, kernel=kernel)
+    sampler = CollapsedGibbs(corpus, n_topics, alpha, beta, seed, kernel=kernel, seeds=seeds)
     n_kw = sampler.topic_word_counts()
     for iteration in range(1, n_iter + 1):
         sampler.sweep(n_kw)
         if callback is not None:
             callback(iteration, n_kw)
-    return topic_word_distribution(n_kw, beta)
+    return topic_word_distribution(n_kw, beta, seeds)

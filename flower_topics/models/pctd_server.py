@@ -59,22 +59,22 @@ def clamped_mass(total: np.ndarray) -> np.ndarray:
     return np.clip(-np.asarray(total, dtype=np.float64), 0.0, None).sum(axis=1)
 
 
-def normalize_topic_word(total: np.ndarray, pseudo_count: float = 1e-10) -> np.ndarray:
+def normalize_topic_word(total: np.ndarray, pseudo_count: float | np.ndarray = 1e-10) -> np.ndarray:
     """Eq. (11) with negative noisy mass clamped at 0 and a pseudo-count added (see module doc).
 
     Parameters
     ----------
     total : np.ndarray
         ``(K, V)`` summed statistics ``S = sum_t M_t``.
-    pseudo_count : float
-        ``c > 0`` added to every clamped entry.
+    pseudo_count : float or np.ndarray
+        ``c > 0`` added to every clamped entry (a ``(K, V)`` array: one per entry, e.g. seed words).
 
     Returns
     -------
     np.ndarray
         ``(K, V)`` strictly positive ``p^(w|z)``, rows summing to 1.
     """
-    if not pseudo_count > 0:
+    if not np.all(np.asarray(pseudo_count) > 0):
         raise ValueError("pseudo_count must be > 0 (p(w|z) must stay strictly positive)")
     return normalize_rows(total, pseudo_count, clamp=True)
 

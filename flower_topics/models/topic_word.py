@@ -6,15 +6,15 @@ import numpy as np
 from numba import njit
 
 
-def normalize_rows(matrix: np.ndarray, prior: float = 0.0, *, clamp: bool = False) -> np.ndarray:
+def normalize_rows(matrix: np.ndarray, prior: float | np.ndarray = 0.0, *, clamp: bool = False) -> np.ndarray:
     """Rows of ``matrix + prior`` divided by their sums, as float64.
 
     Parameters
     ----------
     matrix : np.ndarray
         ``(K, V)`` counts, noisy statistics or unnormalized weights (finite).
-    prior : float (default: 0.0)
-        Added to every entry first (a Dirichlet prior or a pseudo-count).
+    prior : float or np.ndarray (default: 0.0)
+        Added to every entry first (a Dirichlet prior or a pseudo-count; a (K, V) array: one per entry).
     clamp : bool (default: False)
         Clamp negative entries at 0 before adding ``prior`` (noisy counts).
 

@@ -266,9 +266,9 @@ def apply_tuples(counts: np.ndarray, tuples: Tuples) -> int:
     return int(skipped.size)
 
 
-def clamped_topic_word(counts: np.ndarray, beta: float) -> np.ndarray:
+def clamped_topic_word(counts: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
     """phi = (max(n, 0) + beta) / row sums: the normalization of Section 4 on counts that noise
-    and dummies may have pushed below zero."""
+    and dummies may have pushed below zero (``beta`` a number, or a ``(K, V)`` prior: seed words)."""
     return normalize_rows(counts, beta, clamp=True)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, get_method
+from flower_topics.models.seed_words import SEED_WEIGHT
 from flower_topics.options import (
     ConfigValue, Option, at_least, coerce, in_range, one_of, positive, positive_finite, shown,
 )
@@ -111,6 +112,11 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         # --- priors
         "alpha": Option(0.1, "document-topic Dirichlet prior (symmetric)", positive_finite),
         "beta": Option(0.01, "topic-word Dirichlet prior (symmetric; LDA-family methods)", positive_finite),
+        # --- guided topics
+        "seed-words": Option("", "guided topics: a public file the server reads, one topic per line, its seed words "
+                             "separated by spaces; seeded topics come first, in the file's order (lda; '' = none)"),
+        "seed-weight": Option(SEED_WEIGHT, "guided topics: what a seed word adds to beta in its topic (a "
+                              "pseudo-count)", positive_finite),
         # --- federation
         "fraction-train": Option(1.0, "fraction of connected nodes sampled each round", in_range(0, 1, low_open=True)),
         "min-nodes": Option(1, "wait for at least this many nodes; stop when fewer can take part", at_least(1)),

@@ -7,6 +7,11 @@ perturbed tuples ``(w, k_old, k_new)`` (:data:`~flower_topics.wire.fedlda.TUPLES
 applied as ``n[k_old, w] -= 1; n[k_new, w] += 1`` (Algorithm 2, lines 5-7), and phi is
 recomputed as ``(max(n, 0) + beta) / sum_w (max(n, 0) + beta)`` (Section 4).
 
+Guided topics (run-config ``seed-words``, :mod:`flower_topics.models.seed_words`): the prior of
+that normalization becomes ``beta_kw`` (``beta`` plus ``seed-weight`` at each seed word of its
+topic), so the phi every party samples against pulls the seed words into their topics; the
+parties receive nothing else. The seeds are public and the privacy report says so.
+
 Initialization. Algorithm 2 line 1 "randomly initializes z and the counters" at the
 server; in a federation only the clients know their words. The counts start at zero
 (phi uniform) and a document's first round enters its words as tuples
@@ -49,6 +54,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 
 from flower_topics.strategies.carried_counts import CarriedCounts
+from flower_topics.models.seed_words import SeedPrior, config_seed_prior
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
 from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
@@ -82,6 +88,8 @@ class FedLDA(TopicStrategy):
         K, alpha, the sampler and the mechanism, sent to every party.
     beta : float
         Symmetric topic-word prior of phi.
+    seeds : SeedPrior, optional
+        Seed words (guided topics): phi's prior becomes :meth:`SeedPrior.matrix` of ``beta``.
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed`` of :class:`TopicStrategy`.
     """
@@ -89,7 +97,7 @@ class FedLDA(TopicStrategy):
     method = wire.METHOD
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.FedLDASettings, beta: float,
-                 **federation: Any) -> None:
+                 seeds: SeedPrior | None = None, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if self.vocab_size < 2:
             raise ValueError("FedLDA needs a vocabulary of at least 2 words")
@@ -97,6 +105,8 @@ class FedLDA(TopicStrategy):
             raise ValueError("beta must be > 0")
         self.fedlda = settings
         self.beta = beta
+        self.seeds = seeds
+        self.prior: float | np.ndarray = beta if seeds is None else seeds.matrix(beta)  # of phi
         self.releases: dict[int, int] = {}
         self.realized_deltas: dict[int, float] = {}
         self.last_realized: RealizedLDP | None = None
@@ -112,7 +122,7 @@ class FedLDA(TopicStrategy):
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "FedLDA":
         """The strategy of a validated run config."""
         return cls(vocabulary, wire.FedLDASettings.from_record(config), beta=float(config["beta"]),
-                   **cls.federation_options(config))
+                   seeds=config_seed_prior(config, vocabulary), **cls.federation_options(config))
 
     # ------------------------------------------------------------ model
     def initial_arrays(self) -> ArrayRecord:
@@ -121,7 +131,7 @@ class FedLDA(TopicStrategy):
 
     def topic_word(self, arrays: ArrayRecord) -> np.ndarray:
         """phi from the counts clamped at zero."""
-        return clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.beta)
+        return clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.prior)
 
     def settings(self) -> dict[str, Any]:
         """K, alpha, the sampler and the mechanism."""
@@ -143,7 +153,7 @@ class FedLDA(TopicStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
                         ) -> Iterable[Message]:
         """Compute phi of the round's counts, then message the sampled nodes."""
-        self.last_phi = clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.beta)
+        self.last_phi = clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.prior)
         randomizer = self.fedlda.randomizer(self.last_phi)
         if randomizer is not None:
             self.last_realized = realized_ldp(randomizer, self.last_phi, claimed_delta(self.fedlda))
@@ -188,7 +198,7 @@ class FedLDA(TopicStrategy):
             counts = self.carried.mix(counts)
             if self.carried.remaining <= 0:
                 self.carried, self._own = None, None
-        self.last_phi = clamped_topic_word(counts, self.beta)
+        self.last_phi = clamped_topic_word(counts, self.prior)
         return ArrayRecord({wire.COUNTS_KEY: Array(counts)}), metrics
 
     # ------------------------------------------------------------ checkpoint
@@ -253,6 +263,13 @@ class FedLDA(TopicStrategy):
         return replacement_probability(self.fedlda, phi)
 
     def privacy_report(self) -> PrivacyReport:
+        """:meth:`mechanism_report`; with seed words, it also says that they are public and cost nothing."""
+        report = self.mechanism_report()
+        if self.seeds is None:
+            return report
+        return dataclasses.replace(report, details={**report.details, "seed_words": self.seeds.privacy_note()})
+
+    def mechanism_report(self) -> PrivacyReport:
         """The realized guarantee per document, and the paper's claim beside it.
 
         A document is the unit of privacy (the paper's user); each round it sends l tuples

@@ -9,6 +9,11 @@ own counts (:data:`~flower_topics.wire.lda.DELTA_KEY`); the strategy adds the va
 and rejects a change that would make a global count negative (or above int32's range). phi =
 (n_kw + beta) / (n_k + V beta) is derived on demand.
 
+Guided topics (run-config ``seed-words``): the strategy reads the public file, drops the seed
+words outside the agreed vocabulary (one log line names them) and sends the seed pairs with the
+settings; parties sample with the prior ``beta_kw`` and phi = (n_kw + beta_kw) / (n_k + B_k)
+(:mod:`flower_topics.models.seed_words`).
+
 On the wire (:mod:`flower_topics.wire.lda`, :mod:`flower_topics.wire.counts`) both the counts the
 server sends and each party's change travel dense in the smallest integer dtype or sparse,
 whichever is smaller; the strategy keeps the global counts dense (int32) in its ArrayRecord
@@ -47,6 +52,8 @@ from flwr.app import Array, ArrayRecord
 from flower_topics.strategies.carried_counts import CarriedCounts
 from flower_topics.errors import UserInputError
 from flower_topics.models.lda import topic_word_distribution
+from flower_topics.models.seed_words import config_seed_prior
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import lda as wire
 from flower_topics.wire.protocol import ReplyError, ReplySpec
@@ -73,7 +80,7 @@ class ADLDA(TopicStrategy):
     vocabulary : sequence of str
         The words, in column order (V = its length).
     settings : LDASettings
-        K, alpha, beta and the local sweeps, sent to every party.
+        K, alpha, beta, the local sweeps and the seed pairs of guided topics (if any), sent to every party.
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed`` of :class:`TopicStrategy`.
     """
@@ -83,6 +90,7 @@ class ADLDA(TopicStrategy):
     def __init__(self, vocabulary: Sequence[str], settings: wire.LDASettings, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         self.lda = dataclasses.replace(settings, secure=self.secure is not None)  # what the parties send follows it
+        self.seeds = settings.seed_prior(self.vocab_size)
         self._sent_counts: tuple[int, ArrayRecord, ArrayRecord] | None = None
         self._round_sum: tuple[int, np.ndarray] | None = None
         # resume (flower_topics.run.checkpoint): carried counts while restarted parties re-enter their tokens
@@ -95,21 +103,38 @@ class ADLDA(TopicStrategy):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "ADLDA":
-        """The strategy of a validated run config."""
-        return cls(vocabulary, wire.LDASettings.from_record(config), **cls.federation_options(config))
+        """The strategy of a validated run config; with ``seed-words``, its seeds over ``vocabulary``.
+
+        Raises
+        ------
+        UserInputError
+            One line when the seed-words file is missing, unreadable or empty, seeds more topics than
+            ``num-topics``, or holds no word of the vocabulary.
+        """
+        settings = wire.LDASettings.from_record(config).with_seeds(config_seed_prior(config, vocabulary))
+        return cls(vocabulary, settings, **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
         """All-zero global counts: parties add their own on their first update."""
         return counts_record(np.zeros((self.lda.n_topics, self.vocab_size), dtype=np.int32))
 
     def topic_word(self, arrays: ArrayRecord) -> np.ndarray:
-        """phi = (n_kw + beta) / (n_k + V beta) of the global counts."""
-        return topic_word_distribution(arrays[wire.COUNTS_KEY].numpy(), self.lda.beta)
+        """phi = (n_kw + beta_kw) / (n_k + B_k) of the global counts (``beta_kw = beta`` without seed words)."""
+        return topic_word_distribution(arrays[wire.COUNTS_KEY].numpy(), self.lda.beta, self.seeds)
 
-    def evaluation_counts(self, arrays: ArrayRecord) -> tuple[np.ndarray, float]:
+    def evaluation_counts(self, arrays: ArrayRecord) -> tuple[np.ndarray, float] | None:
         """The global counts and beta: :meth:`topic_word` is computed from them, so evaluation sends them (the
-        nonzero cells, not ``8 K V`` bytes)."""
+        nonzero cells, not ``8 K V`` bytes). With seed words the prior is not one number: None (the matrix)."""
+        if self.seeds is not None:
+            return None
         return arrays[wire.COUNTS_KEY].numpy(), self.lda.beta
+
+    def privacy_report(self) -> PrivacyReport:
+        """No mechanism (the base's report); with seed words, it says that they are public and cost nothing."""
+        report = super().privacy_report()
+        if self.seeds is None:
+            return report
+        return dataclasses.replace(report, details={**report.details, "seed_words": self.seeds.privacy_note()})
 
     def settings(self) -> dict[str, Any]:
         """K, alpha, beta and the local sweeps."""

@@ -12,6 +12,9 @@ and then, on the valid ones:
    projection onto the non-negative counts the noiseless statistic has, post-processing
    that costs no privacy; ``b > 0`` keeps ``p(w|z)`` strictly positive, which the
    parties' log-space E-step needs, and plays the role of LDA's topic-word prior);
+   (with ``seed-words``, guided topics: ``b`` becomes ``b_kw``, ``pctd.pseudo-count`` plus
+   ``seed-weight`` at each seed word of its topic, :mod:`flower_topics.models.seed_words`; the
+   seeds are public and cost no privacy);
 3. with ``tau > 0``, applies the global semantic consistency of eq. (13) with a sparse
    word-similarity matrix ``R`` (eq. 12) and renormalizes;
 
@@ -32,6 +35,7 @@ paper's Theorem 1 and whether its premise holds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any, Mapping, Sequence
 
@@ -41,6 +45,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
 
 from flower_topics.models.pctd import random_topic_word
+from flower_topics.models.seed_words import SeedPrior, config_seed_prior
 from flower_topics.models.pctd_server import clamped_mass, normalize_topic_word, semantic_consistency, sum_statistics
 from flower_topics.models.topic_word import normalize_rows
 from flower_topics.privacy.gaussian import (
@@ -75,6 +80,8 @@ class PCTD(TopicStrategy):
     similarity : scipy.sparse matrix, optional
         ``(V, V)`` non-negative word similarities ``R`` (eq. 12), required when ``tau > 0``
         (e.g. :func:`flower_topics.models.word_similarity.word_similarity_matrix`).
+    seeds : SeedPrior, optional
+        Seed words (guided topics): the pseudo-count becomes :meth:`SeedPrior.matrix` of ``pseudo_count``.
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed`` of :class:`TopicStrategy`;
         the seed also draws the initial ``p(w|z)``.
@@ -90,6 +97,7 @@ class PCTD(TopicStrategy):
         pseudo_count: float = 0.01,
         tau: float = 0.0,
         similarity: sp.spmatrix | None = None,
+        seeds: SeedPrior | None = None,
         **federation: Any,
     ) -> None:
         super().__init__(vocabulary, **federation)
@@ -108,6 +116,8 @@ class PCTD(TopicStrategy):
         self.pctd = settings
         self.delta = delta
         self.pseudo_count = pseudo_count
+        self.seeds = seeds
+        self.prior: float | np.ndarray = pseudo_count if seeds is None else seeds.matrix(pseudo_count)
         self.tau = tau
         self.similarity = similarity if tau > 0 else None
         self.releases: dict[int, int] = {}
@@ -123,7 +133,7 @@ class PCTD(TopicStrategy):
                                         top_n=int(config["pctd.similar-words"])) if tau > 0 else None
         return cls(vocabulary, wire.PCTDSettings.from_record(config), delta=float(config["pctd.delta"]),
                    pseudo_count=float(config["pctd.pseudo-count"]), tau=tau, similarity=similarity,
-                   **cls.federation_options(config))
+                   seeds=config_seed_prior(config, vocabulary), **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
         """A random ``p(w|z)`` (flat Dirichlet rows) from the strategy's seed."""
@@ -191,13 +201,20 @@ class PCTD(TopicStrategy):
 
     def merge(self, total: np.ndarray) -> np.ndarray:
         """``p(w|z)`` from the summed statistic: clamped eq. (11), then eq. (13) when ``tau > 0``."""
-        phi = normalize_topic_word(total, self.pseudo_count)
+        phi = normalize_topic_word(total, self.prior)
         if self.tau > 0:
             phi = semantic_consistency(phi, self.similarity, self.tau)
         return phi
 
     # ------------------------------------------------------------ privacy
     def privacy_report(self) -> PrivacyReport:
+        """:meth:`mechanism_report`; with seed words, it also says that they are public and cost nothing."""
+        report = self.mechanism_report()
+        if self.seeds is None:
+            return report
+        return dataclasses.replace(report, details={**report.details, "seed_words": self.seeds.privacy_note()})
+
+    def mechanism_report(self) -> PrivacyReport:
         """epsilon at ``delta`` of the party asked most often so far (RDP, Opacus), and Theorem 1's form.
 
         ``rounds`` counts the training messages a party received, whether or not its reply

@@ -15,16 +15,23 @@ Under secure aggregation (``secure-aggregation=true``) the reply is the dense ``
 under :data:`DELTA_KEY`, masked as one uint32 vector (:mod:`flower_topics.secure_sum`): a
 sparse masked reply would show which cells changed. The server's counts are the same for
 every party and travel in the smaller form either way.
+
+Guided topics (run-config ``seed-words``, :mod:`flower_topics.models.seed_words`): the server
+reads the public file and sends the seed pairs with the settings, as :data:`SEED_TOPICS_KEY`
+and :data:`SEED_WORDS_KEY` (the topic and the column of each pair) and ``seed-weight``; every
+party samples with that prior. A run without seeds sends neither.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 from flwr.app import ArrayRecord
 
+from flower_topics.models.seed_words import SeedPrior
 from flower_topics.options import Option, at_least
 from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
@@ -36,6 +43,9 @@ COUNTS_KEY = "topic-word-counts"
 DELTA_KEY = "topic-word-delta"
 #: Largest global count and largest magnitude of a change entry (the samplers count in int32).
 COUNT_LIMIT = int(np.iinfo(np.int32).max)
+#: Settings keys of the seed pairs (guided topics): the topic and the vocabulary column of each.
+SEED_TOPICS_KEY = "seed-topic-ids"
+SEED_WORDS_KEY = "seed-word-ids"
 
 #: The options of ``lda`` (run-config keys ``lda.<name>``).
 OPTIONS: Mapping[str, Option] = {
@@ -57,6 +67,10 @@ class LDASettings:
         Gibbs sweeps per round.
     secure : bool
         Secure aggregation: a party's reply is its dense change, masked (no sparse form).
+    seed_topics, seed_words : tuple of int
+        The seed pairs of guided topics (topic, vocabulary column); empty without seeds.
+    seed_weight : float
+        What a seed word adds to ``beta`` in its topic (used only with seed pairs).
     """
 
     n_topics: int
@@ -64,6 +78,9 @@ class LDASettings:
     beta: float
     local_sweeps: int = 1
     secure: bool = False
+    seed_topics: tuple[int, ...] = ()
+    seed_words: tuple[int, ...] = ()
+    seed_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_topics < 1:
@@ -72,18 +89,50 @@ class LDASettings:
             raise ValueError("alpha and beta must be > 0")
         if self.local_sweeps < 1:
             raise ValueError("local_sweeps must be >= 1")
+        if len(self.seed_topics) != len(self.seed_words):
+            raise ValueError("seed_topics and seed_words must have one entry per seed pair")
+        if self.seed_topics and not 0 < self.seed_weight < float("inf"):
+            raise ValueError("seed_weight must be > 0 and finite")
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> "LDASettings":
-        """Settings from a run config or a round's ConfigRecord."""
+        """Settings from a run config (no seed pairs: :meth:`with_seeds` adds them) or a round's ConfigRecord."""
+        seeded = SEED_TOPICS_KEY in record
         return cls(n_topics=int(record["num-topics"]), alpha=float(record["alpha"]), beta=float(record["beta"]),
                    local_sweeps=int(record["lda.local-sweeps"]),
-                   secure=bool(record.get("secure-aggregation", False)))
+                   secure=bool(record.get("secure-aggregation", False)),
+                   seed_topics=tuple(int(k) for k in record[SEED_TOPICS_KEY]) if seeded else (),
+                   seed_words=tuple(int(w) for w in record[SEED_WORDS_KEY]) if seeded else (),
+                   seed_weight=float(record["seed-weight"]) if seeded else 0.0)
 
     def to_record(self) -> dict[str, Any]:
         """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
-        return {"num-topics": self.n_topics, "alpha": self.alpha, "beta": self.beta,
-                "lda.local-sweeps": self.local_sweeps, "secure-aggregation": self.secure}
+        record = {"num-topics": self.n_topics, "alpha": self.alpha, "beta": self.beta,
+                  "lda.local-sweeps": self.local_sweeps, "secure-aggregation": self.secure}
+        if self.seed_topics:
+            record.update({SEED_TOPICS_KEY: list(self.seed_topics), SEED_WORDS_KEY: list(self.seed_words),
+                           "seed-weight": self.seed_weight})
+        return record
+
+    def with_seeds(self, seeds: SeedPrior | None) -> "LDASettings":
+        """These settings with the seed pairs of ``seeds`` (None: without any)."""
+        if seeds is None:
+            return dataclasses.replace(self, seed_topics=(), seed_words=(), seed_weight=0.0)
+        return dataclasses.replace(self, seed_topics=tuple(seeds.topics.tolist()),
+                                   seed_words=tuple(seeds.words.tolist()), seed_weight=seeds.weight)
+
+    def seed_prior(self, vocab_size: int) -> SeedPrior | None:
+        """The seed prior over ``vocab_size`` words, or None without seed pairs.
+
+        Raises
+        ------
+        ValueError
+            When a pair lies outside K topics and ``vocab_size`` words, or is listed twice.
+        """
+        if not self.seed_topics:
+            return None
+        return SeedPrior(np.array(self.seed_topics, dtype=np.int32), np.array(self.seed_words, dtype=np.int32),
+                         self.seed_weight, self.n_topics, vocab_size)
 
 
 #: The settings class (what every party of a round receives).
