@@ -18,7 +18,8 @@ metrics, twice: our default (fold-in alpha 0.01) and the standard alpha 0.1. Wri
         --curves "public start=runs/dq/debian-public/results-public*.csv" \
         --curves "embedding start=runs/dq/debian-public/results-embedding*.csv"
 
-trains nothing: it draws the mean of the dplda rows of each labelled set of ``results*.csv`` files against
+trains nothing: it draws the mean of the dplda rows of each labelled set of ``results*.csv`` files (comma-separated
+globs) against
 epsilon (and the lda row of the first) into ``--out``/``dplda-curves.png``.
 """
 
@@ -97,13 +98,14 @@ def main() -> None:
     parser.add_argument("--tag", default="", help="suffix of the dplda run folders and the results files, so that "
                         "runs with other --set keys in the same --out keep the earlier ones")
     parser.add_argument("--curves", action="append", default=[], metavar="LABEL=GLOB",
-                        help="only plot: the dplda rows of the results*.csv files matching GLOB as one curve")
+                        help="only plot: the dplda rows of the results*.csv files matching GLOB (or GLOB,GLOB...) as one curve")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.curves:
-        curves({label: sorted(Path().glob(pattern)) for label, pattern in (c.split("=", 1) for c in args.curves)},
+        curves({label: sorted(f for pattern in patterns.split(",") for f in Path().glob(pattern))
+                for label, patterns in (c.split("=", 1) for c in args.curves)},
                out / "dplda-curves.png")
         return
     if not args.dataset:
@@ -167,11 +169,13 @@ def curves(series: dict[str, list[Path]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     lda = None
+    ticks: set[float] = set()
     for i, (label, files) in enumerate(series.items()):
         rows = [row for f in files for row in csv.DictReader(f.open())]
         lda = lda or next((r for r in rows if r["method"] == "lda"), None)
         private = [r for r in rows if r["method"] == "dplda"]
         eps = sorted({round(float(r["epsilon"]), 2) for r in private})
+        ticks.update(eps)
         for ax, key in ((axes[0], "perplexity"), (axes[1], "npmi")):
             runs = [[float(r[key]) for r in private if round(float(r["epsilon"]), 2) == e] for e in eps]
             ax.plot(eps, [sum(v) / len(v) for v in runs], "-o", color=f"C{i}", label=label)
@@ -181,6 +185,8 @@ def curves(series: dict[str, list[Path]], path: Path) -> None:
         if lda is not None:
             ax.axhline(float(lda[key]), color="grey", linestyle="--", label="lda, no privacy")
         ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(sorted(ticks), [f"{e:.2g}" for e in sorted(ticks)])
         ax.set_xlabel("whole-run epsilon per document (delta 1e-5)")
         ax.set_ylabel(label)
         ax.legend()
