@@ -144,11 +144,17 @@ def make_pool(dataset: str, *, size: int = 0, vocab_size: int = 5000, min_tokens
     return Pool(pooled, vocabulary, note, outside_docs, corpus)
 
 
-def write_public(pool: Pool, n_docs: int, path: Path, seed: int) -> Path:
-    """``n_docs`` documents from outside the pool, drawn with ``seed``, as ``{"text": ...}`` lines (their words)."""
-    if pool.outside is None or pool.source is None or not 0 < n_docs <= pool.outside.size:
+def public_documents(pool: Pool, n_docs: int, seed: int) -> np.ndarray:
+    """The source-corpus indices of ``n_docs`` documents drawn with ``seed`` from outside the pool (sorted)."""
+    if pool.outside is None or not 0 < n_docs <= pool.outside.size:
         raise UserInputError(f"--public-docs {n_docs}: needs --pool and at most the documents outside the pool")
-    chosen = np.sort(np.random.default_rng(seed + 1).permutation(pool.outside)[:n_docs])
+    return np.sort(np.random.default_rng(seed + 1).permutation(pool.outside)[:n_docs])
+
+
+def write_public(pool: Pool, n_docs: int, path: Path, seed: int) -> Path:
+    """:func:`public_documents` as ``{"text": ...}`` lines (their words); returns the file's absolute path."""
+    chosen = public_documents(pool, n_docs, seed)
+    assert pool.source is not None
     with path.open("w", encoding="utf-8") as fh:
         for d in chosen:
             fh.write(json.dumps({"text": " ".join(pool.source.words(int(d)))}) + "\n")
