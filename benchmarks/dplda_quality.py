@@ -189,7 +189,7 @@ def curves(series: dict[str, list[Path]], path: Path) -> None:
         ax.set_xticks(sorted(ticks), [f"{e:.2g}" for e in sorted(ticks)])
         ax.set_xlabel("whole-run epsilon per document (delta 1e-5)")
         ax.set_ylabel(label)
-        ax.legend()
+        ax.legend(fontsize=7, framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
