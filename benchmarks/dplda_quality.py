@@ -13,6 +13,14 @@ agreement, see docs/dplda.md). Federated evaluation is off in every run (dplda r
 each final model is scored afterwards on the corpus' held-out documents with the package's
 metrics, twice: our default (fold-in alpha 0.01) and the standard alpha 0.1. Writes
 ``results.csv``, ``results.md`` and ``dplda-quality.png`` into ``--out``.
+
+    python benchmarks/dplda_quality.py --out runs/dq/debian-public \
+        --curves "public start=runs/dq/debian-public/results-public*.csv" \
+        --curves "embedding start=runs/dq/debian-public/results-embedding*.csv"
+
+trains nothing: it draws the mean of the dplda rows of each labelled set of ``results*.csv`` files (comma-separated
+globs) against
+epsilon (and the lda row of the first) into ``--out``/``dplda-curves.png``.
 """
 
 from __future__ import annotations
@@ -71,7 +79,7 @@ def earlier_lda_row(out: Path) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--dataset", help="the corpus (needed unless --curves)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--vocab-size", type=int, default=5000)
@@ -89,10 +97,19 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra dplda run-config keys")
     parser.add_argument("--tag", default="", help="suffix of the dplda run folders and the results files, so that "
                         "runs with other --set keys in the same --out keep the earlier ones")
+    parser.add_argument("--curves", action="append", default=[], metavar="LABEL=GLOB",
+                        help="only plot: the dplda rows of the results*.csv files matching GLOB (or GLOB,GLOB...) as one curve")
     args = parser.parse_args()
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.curves:
+        curves({label: sorted(f for pattern in patterns.split(",") for f in Path().glob(pattern))
+                for label, patterns in (c.split("=", 1) for c in args.curves)},
+               out / "dplda-curves.png")
+        return
+    if not args.dataset:
+        raise SystemExit("--dataset is needed (unless --curves)")
     vocabulary = (Path(args.vocabulary) if args.vocabulary else
                   public_vocabulary(args.dataset, args.vocab_size, out / "vocabulary.txt"))
     base = {"dataset": args.dataset, "num-topics": args.topics, "vocabulary": str(vocabulary),
@@ -141,6 +158,41 @@ def main() -> None:
 
 def _fmt(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else ("" if value is None else str(value))
+
+
+def curves(series: dict[str, list[Path]], path: Path) -> None:
+    """Mean perplexity and NPMI of each labelled set of results files against epsilon, lda dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    lda = None
+    ticks: set[float] = set()
+    for i, (label, files) in enumerate(series.items()):
+        rows = [row for f in files for row in csv.DictReader(f.open())]
+        lda = lda or next((r for r in rows if r["method"] == "lda"), None)
+        private = [r for r in rows if r["method"] == "dplda"]
+        eps = sorted({round(float(r["epsilon"]), 2) for r in private})
+        ticks.update(eps)
+        for ax, key in ((axes[0], "perplexity"), (axes[1], "npmi")):
+            runs = [[float(r[key]) for r in private if round(float(r["epsilon"]), 2) == e] for e in eps]
+            ax.plot(eps, [sum(v) / len(v) for v in runs], "-o", color=f"C{i}", label=label)
+            ax.plot([e for e, v in zip(eps, runs) for _ in v], [x for v in runs for x in v], ".", color=f"C{i}")
+    for ax, key, label in ((axes[0], "perplexity", "held-out perplexity (fold-in alpha 0.01)"),
+                           (axes[1], "npmi", "NPMI (top 10 words)")):
+        if lda is not None:
+            ax.axhline(float(lda[key]), color="grey", linestyle="--", label="lda, no privacy")
+        ax.set_xscale("log")
+        ax.minorticks_off()
+        ax.set_xticks(sorted(ticks), [f"{e:.2g}" for e in sorted(ticks)])
+        ax.set_xlabel("whole-run epsilon per document (delta 1e-5)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7, framealpha=0.6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def plot(rows: list[dict], path: Path, corpus: str, topics: int, parties: int) -> None:

@@ -27,6 +27,10 @@ models are kept under ``--out/models`` and reused by a rerun.
 ``--methods`` takes ``method[:key=v1,v2,...]...``: ``dplda:eps=1,2,4,8`` runs four settings
 (``eps`` stands for ``<method>.epsilon``; a key that is an option of the method gets its
 prefix, others are global run-config keys, e.g. ``lda:num-rounds=50``).
+
+``--public-docs N`` (with ``--pool``) writes ``N`` documents drawn at random from *outside* the pool to
+``--out``/``public.jsonl`` and gives every ``dplda`` model it as ``dplda.public-corpus``: the public head start.
+Its documents are public, never in the pool, so never counted as members or non-members.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ class Pool:
     corpus: Corpus
     vocabulary: tuple[str, ...]
     note: str
+    outside: np.ndarray | None = None  # the indices of the corpus' documents not in the pool (None: whole corpus)
+    source: Corpus | None = None  # the whole corpus the pool was drawn from
 
     @property
     def counts(self) -> sp.csr_matrix:
@@ -134,7 +140,25 @@ def make_pool(dataset: str, *, size: int = 0, vocab_size: int = 5000, min_tokens
         pooled = pooled.subset(long_enough)
     if pooled.labels is None:
         raise UserInputError(f"{dataset}: the pool needs labels (the parties are split by label)")
-    return Pool(pooled, vocabulary, note)
+    outside_docs = outside if 0 < size < corpus.n_docs else None
+    return Pool(pooled, vocabulary, note, outside_docs, corpus)
+
+
+def public_documents(pool: Pool, n_docs: int, seed: int) -> np.ndarray:
+    """The source-corpus indices of ``n_docs`` documents drawn with ``seed`` from outside the pool (sorted)."""
+    if pool.outside is None or not 0 < n_docs <= pool.outside.size:
+        raise UserInputError(f"--public-docs {n_docs}: needs --pool and at most the documents outside the pool")
+    return np.sort(np.random.default_rng(seed + 1).permutation(pool.outside)[:n_docs])
+
+
+def write_public(pool: Pool, n_docs: int, path: Path, seed: int) -> Path:
+    """:func:`public_documents` as ``{"text": ...}`` lines (their words); returns the file's absolute path."""
+    chosen = public_documents(pool, n_docs, seed)
+    assert pool.source is not None
+    with path.open("w", encoding="utf-8") as fh:
+        for d in chosen:
+            fh.write(json.dumps({"text": " ".join(pool.source.words(int(d)))}) + "\n")
+    return path.resolve()
 
 
 def balanced_membership(n_models: int, n_docs: int, seed: int) -> np.ndarray:
@@ -301,6 +325,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vocab-size", type=int, default=5000, help="vocabulary size when --pool subsamples")
     parser.add_argument("--parties", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--public-docs", type=int, default=0, help="dplda's public start: this many documents "
+                        "from outside the pool (0 = none)")
     args = parser.parse_args(argv)
     logging.getLogger("flwr").setLevel(logging.WARNING)
     logging.getLogger("flower_topics").setLevel(logging.WARNING)
@@ -313,6 +339,10 @@ def main(argv: list[str] | None = None) -> None:
         pool = make_pool(args.dataset, size=args.pool, vocab_size=args.vocab_size, seed=args.seed)
         vocabulary_file = (out / "vocabulary.txt").resolve()
         vocabulary_file.write_text("\n".join(pool.vocabulary) + "\n", encoding="utf-8")
+        public = ({"dplda.public-corpus": str(write_public(pool, args.public_docs, out / "public.jsonl", args.seed))}
+                  if args.public_docs else {})
+        settings = [(m, f"{label}-public" if public and m == "dplda" else label, {**o, **public} if m == "dplda" else o)
+                    for m, label, o in settings]
         for method, _, overrides in settings:  # validate every setting before any training
             parse_run_config({**BASE, **METHOD_DEFAULTS.get(method, {}), "method": method, **overrides,
                               "vocabulary": str(vocabulary_file)})

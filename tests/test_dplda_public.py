@@ -58,8 +58,9 @@ def test_the_start_comes_from_the_public_corpus_and_concentrates_on_its_word_pai
     pair_ab, pair_cd = share[:, :2].sum(axis=1), share[:, 2:4].sum(axis=1)
     assert min(pair_ab.max(), pair_cd.max()) > 0.95  # one topic is {apple, banana}, the other {cherry, damson}
     assert np.argmax(pair_ab) != np.argmax(pair_cd)
-    # the embedding start's magnitude: each topic holds START_MASS pseudo-counts (plus 1e-3 a cell)
-    np.testing.assert_allclose(lam.sum(axis=1), START_MASS + 1e-3 * len(VOCABULARY))
+    # with dplda.public-weight set, each topic holds that many pseudo-counts (plus 1e-3 a cell)
+    weighted = _initial_lambda(_strategy(_config(tmp_path, _pairs(tmp_path), **{"dplda.public-weight": START_MASS})))
+    np.testing.assert_allclose(weighted.sum(axis=1), START_MASS + 1e-3 * len(VOCABULARY))
 
 
 def test_public_weight_sets_each_topics_pseudo_counts(tmp_path):
@@ -156,3 +157,77 @@ def test_an_unusable_public_corpus_is_refused_after_the_agreement_before_any_tra
     with pytest.raises(UserInputError, match="shares no word with the agreed vocabulary"):
         run_server(grid, config)
     assert seen and not any(kind.startswith("train") for kind in seen)  # the vocabulary went out; no round did
+
+
+# The rule: the start's weight and how fast it is forgotten come from the public corpus and the run's public
+# settings alone (flower_topics.models.svi_public).
+
+@pytest.mark.parametrize("rounds, kappa, expected", [
+    (1, 0.5, 4.0),    # 1 - tau0^-1/2 = 1/2
+    (2, 1.0, 3.0),    # (1 - 1/tau0)(1 - 1/(tau0 + 1)) = (tau0 - 1)/(tau0 + 1) = 1/2
+    (40, 1.0, 41.0),  # the product telescopes to (tau0 - 1)/(tau0 + 39) = 1/2
+])
+def test_the_delay_leaves_the_start_half_its_weight_after_the_rounds(rounds, kappa, expected):
+    from flower_topics.models.svi_public import half_weight_delay, start_weight_left
+
+    assert half_weight_delay(rounds, kappa) == pytest.approx(expected, rel=1e-9)
+    assert start_weight_left(expected, rounds, kappa) == pytest.approx(0.5, rel=1e-12)
+    assert start_weight_left(1.0, rounds, kappa) == 0.0  # tau0 1: the first step replaces the start
+
+
+def test_the_evidence_is_each_public_documents_counts_clipped_as_a_party_clips_them():
+    import scipy.sparse as sp
+
+    from flower_topics.models.svi_public import public_evidence
+
+    topic_word = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5]])
+    # three of word 0 (norm 3, clipped to 2: 2 counts), one of word 2 (norm 1: kept), 3 + 4 of words 2, 3 (norm 5: 2/5)
+    counts = sp.csr_matrix(np.array([[3.0, 0, 0, 0], [0, 0, 1, 0], [0, 0, 3, 4]]))
+    evidence = public_evidence(topic_word, counts, alpha=0.1, clip=2.0)
+    np.testing.assert_allclose(evidence, [[2.0, 0, 0, 0], [0, 0, 1 + 1.2, 1.6]], atol=1e-3)
+
+
+def test_the_default_start_holds_the_public_evidence_and_is_kept_half_after_num_rounds(tmp_path):
+    from flower_topics.models.svi_public import start_weight_left
+
+    strategy = _strategy(_config(tmp_path, _pairs(tmp_path), **{"num-rounds": 40}))
+    lam = _initial_lambda(strategy)
+    # 20 documents, each 3 + 3 of one pair of words (norm sqrt(18), one topic): clipped to 2, 2 sqrt(2) counts each
+    eta = strategy.eta
+    np.testing.assert_allclose(lam.sum() - eta * lam.size, 20 * 2 * np.sqrt(2), rtol=1e-3)
+    assert start_weight_left(strategy.tau0, 40, 0.7) == pytest.approx(0.5)
+    assert strategy.tau0 == pytest.approx(313.06, abs=0.01)
+    report = strategy.privacy_report().details["initial_topics"]
+    assert "clipped expected counts" in report and "tau0 313.1" in report
+
+
+def test_explicit_settings_win_and_without_a_public_corpus_the_step_is_as_before(tmp_path):
+    explicit = _strategy(_config(tmp_path, _pairs(tmp_path), **{"dplda.tau0": 5.0, "dplda.public-weight": 50.0}))
+    assert explicit.tau0 == 5.0
+    np.testing.assert_allclose(_initial_lambda(explicit).sum(axis=1), 50.0 + 1e-3 * len(VOCABULARY))
+    assert _strategy(_config(tmp_path, "")).tau0 == 1.0
+
+
+def test_the_rule_reads_no_private_setting_or_document(tmp_path):
+    """The start and its delay are the same whatever the private data (dataset, partition, parties)."""
+    public = _pairs(tmp_path)
+    first = _strategy(_config(tmp_path, public, dataset="embedded", partition="iid"))
+    other = _strategy(_config(tmp_path, public, dataset=str(tmp_path / "elsewhere.jsonl"), partition="label"))
+    assert first.tau0 == other.tau0
+    assert np.array_equal(_initial_lambda(first), _initial_lambda(other))
+
+
+def test_a_public_start_runs_under_secure_aggregation(tmp_path):
+    from flower_topics.data.prepare import load_run_data
+    from flower_topics.simulations.runner import simulate
+    from flower_topics.topic_model.model_file import load_model
+
+    corpus = load_run_data(parse_run_config({"dataset": "embedded"})).corpus
+    public = _jsonl(tmp_path / "public.jsonl", [" ".join(corpus.words(d)) for d in range(60)])
+    run = {"method": "dplda", "dataset": "embedded", "num-topics": 5, "num-rounds": 2, "vocabulary": "private",
+           "vocabulary-epsilon": 2.0, "dplda.epsilon": 6.0, "federated-eval": False, "dplda.public-corpus": public,
+           "secure-aggregation": True}
+    simulate(run, mode="federated", num_clients=3, out_dir=tmp_path / "run", engine="inprocess")
+    report = load_model(tmp_path / "run" / "model.npz").metadata["privacy"]
+    assert public in report["initial_topics"] and "secure aggregation" in report["trust_model"]
+    assert report["epsilon"] <= 6.0 + 1e-9 and report["rounds"] == 2

@@ -8,6 +8,7 @@ its statistics are the textbook ones.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 from sklearn.metrics import roc_auc_score
+
+from flower_topics.errors import UserInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 # the benchmarks import their helpers by name, as they do when run as scripts (``benchmarks`` itself is a package
@@ -177,6 +180,19 @@ def bbc_pool():
     if not BBC.exists():
         pytest.fail(f"the test corpus {BBC} is missing (see ../shared/datasets/README.md)")
     return _benchmark().make_pool(str(BBC), size=400, vocab_size=2000, seed=0)
+
+
+def test_a_public_corpus_for_dplda_is_drawn_from_outside_the_pool(bbc_pool, tmp_path):
+    """Its documents are public: never in the pool, so never counted as members or non-members."""
+    bench = _benchmark()
+    source = bbc_pool.source
+    assert bbc_pool.outside.size == source.n_docs - 400  # the pool's 400 documents, the rest outside it
+    chosen = bench.public_documents(bbc_pool, 100, seed=0)
+    assert chosen.size == 100 and np.isin(chosen, bbc_pool.outside).all()
+    lines = bench.write_public(bbc_pool, 100, tmp_path / "public.jsonl", seed=0).read_text().splitlines()
+    assert [json.loads(line)["text"] for line in lines] == [" ".join(source.words(int(d))) for d in chosen]
+    with pytest.raises(UserInputError, match="--public-docs"):
+        bench.public_documents(bbc_pool, bbc_pool.outside.size + 1, seed=0)
 
 
 def _train(pool, members, tmp: Path, run_config: dict, seed: int):

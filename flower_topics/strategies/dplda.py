@@ -25,7 +25,9 @@ per k-means cluster of the vocabulary's word embeddings (``init='embedding'``, t
 all-MiniLM-L6-v2; no document enters it) or random (``init='random'``, Gamma(100, 1/100) as
 Hoffman et al.), both from the run seed. With ``public-corpus`` set, it is instead a non-private
 collapsed Gibbs LDA of that public text over the agreed vocabulary (:func:`public_start`; the
-server reads it: it is public, not a party's document), scaled to the embedding start's mass.
+server reads it: it is public, not a party's document), weighted by the public corpus' own evidence
+and forgotten at the delay that leaves it half its weight after the run's rounds, unless the run
+config sets ``public-weight`` or ``tau0`` (:mod:`flower_topics.models.svi_public`).
 
 Privacy (:mod:`flower_topics.privacy.accountants`: the ``"pld"`` or ``"skellam"`` accountant). The user sets the whole run's target
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
@@ -46,7 +48,7 @@ from flwr.app import Array, ArrayRecord
 
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
-from flower_topics.models import svi
+from flower_topics.models import svi, svi_public
 from flower_topics.metrics.inference import align_corpus
 from flower_topics.models.lda import fit_lda
 from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAccountant
@@ -101,14 +103,15 @@ def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
 
 def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
                  source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS,
-                 mass: float = svi.START_MASS) -> np.ndarray:
+                 mass: float | None = svi.START_MASS, clip: float = 2.0, e_step_iterations: int = 50) -> np.ndarray:
     """A public initial ``lambda``: non-private collapsed Gibbs LDA of public text over the agreed vocabulary.
 
     The corpus' words outside ``vocabulary`` are dropped (and documents left empty); ``sweeps``
     sweeps of :func:`~flower_topics.models.lda.fit_lda` from ``seed`` (the run's public seed)
     give the topic-word distributions, scaled by :func:`~flower_topics.models.svi.distribution_lambda`
-    to ``mass`` pseudo-counts a topic (by default the embedding start's). No party's document enters
-    it: it costs no privacy.
+    to ``mass`` pseudo-counts a topic, or with ``mass=None`` turned into the public corpus' evidence,
+    ``eta +`` :func:`~flower_topics.models.svi_public.public_evidence` (its documents' expected counts,
+    clipped to ``clip`` as a party's). No party's document enters it: it costs no privacy.
 
     Parameters
     ----------
@@ -126,8 +129,12 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         What the refusals call the corpus.
     sweeps : int
         Gibbs sweeps.
-    mass : float
-        Pseudo-counts per topic (``dplda.public-weight``).
+    mass : float or None
+        Pseudo-counts per topic (``dplda.public-weight``); None: the public corpus' evidence.
+    clip : float
+        The run's clip norm ``C`` (the evidence's clipping).
+    e_step_iterations : int
+        Most gamma iterations of the evidence's E-step.
 
     Returns
     -------
@@ -149,8 +156,23 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
                              f"{public.n_tokens} tokens over the agreed vocabulary; it needs at least {n_topics} "
                              f"documents and {least} tokens")
-    return svi.distribution_lambda(fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed),
-                                   mass=mass)
+    topic_word = fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed)
+    if mass is not None:
+        return svi.distribution_lambda(topic_word, mass=mass)
+    return eta + svi_public.public_evidence(topic_word, svi.document_counts(public), alpha=alpha, clip=clip,
+                                            e_step_iterations=e_step_iterations)
+
+
+def step_delay(config: Mapping[str, Any]) -> float:
+    """The run's ``tau0``: ``dplda.tau0`` when set (> 0); else, with a public corpus, the delay at which the start
+    keeps half its weight after ``num-rounds`` steps (:func:`~flower_topics.models.svi_public.half_weight_delay`),
+    and 1 without one."""
+    tau0 = float(config["dplda.tau0"])
+    if tau0 > 0:
+        return tau0
+    if not str(config["dplda.public-corpus"]):
+        return 1.0
+    return svi_public.half_weight_delay(int(config["num-rounds"]), float(config["dplda.kappa"]))
 
 
 def model_record(average: np.ndarray, noise_variance: float) -> ArrayRecord:
@@ -196,8 +218,9 @@ class DPLDA(TopicStrategy):
         (in place of ``init``).
     public_source : str (default: "")
         What the refusals and the privacy report call the public corpus (its path).
-    public_weight : float (default: 1000.0)
-        Pseudo-counts per topic of the public start.
+    public_weight : float or None (default: None)
+        Pseudo-counts per topic of the public start; None: the public corpus' evidence
+        (:func:`public_start` with ``mass=None``).
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed``, ``evaluation`` of
         :class:`TopicStrategy`; the seed also draws the initial ``lambda``.
@@ -209,7 +232,7 @@ class DPLDA(TopicStrategy):
                  eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 0.0,
                  background: float = 0.2, init: str = "embedding",
                  public_corpus: Corpus | Callable[[], Corpus] | None = None,
-                 public_source: str = "", public_weight: float = svi.START_MASS, **federation: Any) -> None:
+                 public_source: str = "", public_weight: float | None = None, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:
             raise ValueError("background must be in [0, 1)")
@@ -227,10 +250,11 @@ class DPLDA(TopicStrategy):
         """The strategy of a validated run config (the noise multiplier calibrated to the whole-run target)."""
         wire.check_config(config)
         return cls(vocabulary, wire.settings(config), budget=wire.budget(config), eta=float(config["beta"]),
-                   tau0=float(config["dplda.tau0"]), kappa=float(config["dplda.kappa"]),
+                   tau0=step_delay(config), kappa=float(config["dplda.kappa"]),
                    threshold=float(config["dplda.threshold"]), background=float(config["dplda.background"]),
                    init=str(config["dplda.init"]), public_corpus=public_corpus(config),
-                   public_source=str(config["dplda.public-corpus"]), public_weight=float(config["dplda.public-weight"]),
+                   public_source=str(config["dplda.public-corpus"]),
+                   public_weight=float(config["dplda.public-weight"]) or None,
                    **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
@@ -241,7 +265,8 @@ class DPLDA(TopicStrategy):
             corpus = self.public_corpus if isinstance(self.public_corpus, Corpus) else self.public_corpus()
             return model_record(public_start(corpus, self.vocabulary, k, alpha=self.dplda.alpha,
                                              eta=self.eta, seed=self.seed, source=self.public_source,
-                                             mass=self.public_weight), 0.0)
+                                             mass=self.public_weight, clip=self.dplda.clip,
+                                             e_step_iterations=self.dplda.e_step_iterations), 0.0)
         if self.init == "embedding":
             from flower_topics.models.word_similarity import embed_vocabulary
 
@@ -322,8 +347,11 @@ class DPLDA(TopicStrategy):
                      f"Poisson-subsampled distributed Skellam on clipped expected counts in units of 1/"
                      f"{self.dplda.quantum:g} (DP-SVI, Park et al. 2016; Agarwal et al. 2021), summed by secure "
                      f"aggregation")
+        weight = ("its documents' clipped expected counts" if self.public_weight is None else
+                  f"{self.public_weight:g} pseudo-counts a topic")
         start = (f"a non-private LDA of the public corpus {self.public_source} (public text the server read; no "
-                 "party's document enters it: it costs no privacy)" if self.public_corpus is not None else
+                 f"party's document enters it: it costs no privacy), weighted by {weight}, tau0 {self.tau0:.4g}"
+                 if self.public_corpus is not None else
                  f"public ({self.init}: no document enters it; it costs no privacy)")
         evaluation = self.unaccounted_evaluation()  # refused by the run config; a strategy built by hand may have it
         document: dict[str, Any] = (

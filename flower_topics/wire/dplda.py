@@ -47,7 +47,8 @@ OPTIONS: Mapping[str, Option] = {
     "sample-rate": Option(0.2, "q: each round a party includes each of its documents with this probability "
                           "(Poisson sampling)", in_range(0, 1, low_open=True)),
     "clip": Option(2.0, "C: each document's expected-count statistic is scaled to L2 norm at most C", positive),
-    "tau0": Option(1.0, "step size rho_t = (tau0 + t)^-kappa: delay tau0", at_least(0)),
+    "tau0": Option(0.0, "step size rho_t = (tau0 + t)^-kappa: delay tau0 (0 = 1, or with dplda.public-corpus the "
+                   "delay at which the public start keeps half its weight after num-rounds)", at_least(0)),
     "kappa": Option(0.7, "step size rho_t = (tau0 + t)^-kappa: forgetting rate kappa", in_range(0.5, 1)),
     "threshold": Option(0.0, "post-processing: cells of the topics' running average below this many noise "
                         "standard deviations are set to 0 (0 = only negative cells)", at_least(0)),
@@ -58,9 +59,9 @@ OPTIONS: Mapping[str, Option] = {
     "public-corpus": Option("", "path of public text of the domain the server may read (any corpus format, read "
                             "with the run's reading options): the initial topics are a non-private LDA of it over "
                             "the agreed vocabulary, in place of dplda.init; no privacy cost ('' = none)"),
-    "public-weight": Option(1000.0, "pseudo-counts per topic of the public start (the embedding start's 1000); the "
-                            "step rho_t = (tau0 + t)^-kappa forgets it: at tau0 1 the first step replaces it, a larger "
-                            "dplda.tau0 keeps it", positive),
+    "public-weight": Option(0.0, "pseudo-counts per topic of the public start (0 = the public corpus' evidence: its "
+                            "documents' expected counts against its topics, clipped to dplda.clip as a party's)",
+                            at_least(0)),
     "e-step-iterations": Option(50, "most gamma iterations of a party's E-step", at_least(1)),
     "quantum": Option(256.0, "secure aggregation: integer units per expected count (each document's clipped "
                       "statistic is scaled by it and randomly rounded down or up, keeping its norm within C)",
