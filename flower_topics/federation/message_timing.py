@@ -6,14 +6,16 @@ environment (its ClientApp processes inherit it), the ClientApp appends one JSON
 message it answers to that file::
 
     {"message": "lda", "pid": 4242, "time": 1767225600.0, "since_start": 2.41, "cpu": 1.98, "before_handler": 1.62,
-     "handler": 0.79, "stages": {"data": 0.31, "compute": 0.40, "state": 0.02}}
+     "handler": 0.79, "stages": {"data": 0.31, "compute": 0.40, "state": 0.02},
+     "imported": ["numba", "scipy"]}
 
 - ``time``: when it replied (``time.time()``);
 - ``since_start``: seconds from the process's start (``/proc``) to the reply;
 - ``cpu``: the process's CPU seconds (user + system) from its start to the reply;
 - ``before_handler``: from the process's start to the handler (Python, Flower's runtime,
   the message and the context pulled, the FAB installed, this package imported);
-- ``handler``: the handler itself; ``stages``: the parts of it that were timed.
+- ``handler``: the handler itself; ``stages``: the parts of it that were timed;
+- ``imported``: which of the heavy libraries (:data:`WATCHED`) the process had imported.
 
 Unset (the default), nothing is measured and nothing is written.
 """
@@ -22,12 +24,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 #: Environment variable naming the file the timings are appended to.
 TIMINGS_ENV = "FLOWER_TOPICS_TIMINGS"
+#: Libraries a line says were imported by the time of the reply (``imported``).
+WATCHED = ("numba", "scipy", "sklearn", "torch", "opacus", "sentence_transformers", "matplotlib", "dp_accounting",
+           "autodp")
 
 _stages: dict[str, float] = {}
 
@@ -86,6 +92,7 @@ def record(message: str, handler_started: float) -> None:
             "cpu": round(times.user + times.system, 4),
             "before_handler": None if started is None else round(handler_started - started, 4),
             "handler": round(now - handler_started, 4),
-            "stages": {k: round(v, 4) for k, v in _stages.items()}}
+            "stages": {k: round(v, 4) for k, v in _stages.items()},
+            "imported": [name for name in WATCHED if name in sys.modules]}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
