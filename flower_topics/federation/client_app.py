@@ -32,7 +32,7 @@ import functools
 import secrets
 from dataclasses import dataclass, fields
 from logging import ERROR, INFO
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
@@ -40,7 +40,6 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 
 from flower_topics import secure_sum
-from flower_topics.evaluation import federated as evaluation
 from flower_topics.federation import message_timing, party_state
 from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
@@ -52,6 +51,9 @@ from flower_topics.options import coerce
 from flower_topics.wire import agreement
 from flower_topics.wire.agreement import split_words
 from flower_topics.wire.protocol import ARRAYS, BAD_INPUT, CONFIG, METRICS, SENDER, UPDATE, vocabulary_fingerprint
+
+if TYPE_CHECKING:
+    from flower_topics.evaluation.federated import PartyScorer
 
 S = TypeVar("S")
 PARTITION_KEYS = ("partition", "dirichlet-alpha", "partition-sizes", "label-groups")
@@ -102,9 +104,11 @@ class AgreedDocuments:
     heldout: Corpus
 
     @functools.cached_property
-    def scorer(self) -> evaluation.PartyScorer:
+    def scorer(self) -> PartyScorer:
         """Federated evaluation's scorer of these documents (prepared at its first message, then kept)."""
-        return evaluation.PartyScorer(self.training, self.heldout)
+        from flower_topics.evaluation.federated import PartyScorer  # an evaluation message's own imports
+
+        return PartyScorer(self.training, self.heldout)
 
 
 _AGREED: dict[tuple[Any, ...], AgreedDocuments] = {}
