@@ -106,9 +106,10 @@ class AgreedDocuments:
     @functools.cached_property
     def scorer(self) -> PartyScorer:
         """Federated evaluation's scorer of these documents (prepared at its first message, then kept)."""
-        from flower_topics.evaluation.federated import PartyScorer  # an evaluation message's own imports
+        # imported by an evaluation message only: a training round needs none of it
+        from flower_topics.evaluation import federated
 
-        return PartyScorer(self.training, self.heldout)
+        return federated.PartyScorer(self.training, self.heldout)
 
 
 _AGREED: dict[tuple[Any, ...], AgreedDocuments] = {}
