@@ -50,11 +50,6 @@ def process_started() -> float | None:
         return None
 
 
-def enabled() -> bool:
-    """Whether timings are being recorded (``FLOWER_TOPICS_TIMINGS`` is set)."""
-    return bool(os.environ.get(TIMINGS_ENV))
-
-
 @contextmanager
 def stage(name: str) -> Iterator[None]:
     """Add the seconds spent in the ``with`` block to stage ``name`` of the current message."""
@@ -94,5 +89,8 @@ def record(message: str, handler_started: float) -> None:
             "handler": round(now - handler_started, 4),
             "stages": {k: round(v, 4) for k, v in _stages.items()},
             "imported": [name for name in WATCHED if name in sys.modules]}
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(line) + "\n")
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+    except OSError:  # a measurement never costs the party its reply
+        pass
