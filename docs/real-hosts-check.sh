@@ -146,7 +146,7 @@ for party in a b; do
       --root-certificates certs/ca.crt \
       --auth-supernode-private-key "keys/party-$party" \
       --port "$node_port" \
-      --node-config "dataset='$WORK/party-$party/notes.jsonl' text-column='text' label-column='label' lowercase=true stopwords='english'"
+      --node-config "dataset='$WORK/party-$party/notes.jsonl' text-column='text' label-column='label' lowercase=true stopwords='english' corpus-cache='$WORK/party-$party/cache'"
     wait_port "$node_port" "${PIDS[-1]}" 60
 done
 cd "$WORK/user"

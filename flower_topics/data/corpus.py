@@ -8,10 +8,12 @@ arrays at compiled speed and no Python list of strings is kept per token.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # imported where a matrix is built: a party's training message needs no scipy
+    import scipy.sparse as sp
 
 SPLITS = ("train", "val", "test")
 
@@ -138,6 +140,8 @@ class Corpus:
 
     def doc_term_matrix(self) -> sp.csr_matrix:
         """Document-term count matrix, shape ``(n_docs, V)``, ``int64`` counts."""
+        import scipy.sparse as sp
+
         data = np.ones(self.n_tokens, dtype=np.int64)
         # copies: sum_duplicates() sorts the index arrays in place, which must not touch self.tokens
         m = sp.csr_matrix((data, self.tokens.copy(), self.doc_ptr.copy()), shape=(self.n_docs, self.n_words))

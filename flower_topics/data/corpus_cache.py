@@ -20,9 +20,11 @@ Where: ``$FLOWER_TOPICS_CACHE_DIR`` when set (``off`` turns the cache off), else
 per source path and reading options, ``corpus-<hash>.bin``; deleting it (or the folder) at
 any time is safe. A file is written under a name of its own process, then renamed over
 the cache file (``os.replace``), so no reader ever sees a half-written file. A reader
-checks the format version, the source's identity (path, size and modification time of
-every file the reader reads), the reading options, the file's length and a CRC-32 of its
-content, and rebuilds a file that is stale or damaged.
+checks the format version, the source's identity (path, size and SHA-256 of the content of
+every file the reader reads: a file rewritten with its size and modification time kept is
+another corpus), the reading options, the file's length and a CRC-32 of its content, and
+rebuilds a file that is stale or damaged, saying so in one line (the process that rebuilds
+it; the next ones find it whole).
 
 One process builds a given cache file at a time: a process that finds it missing takes an
 exclusive lock beside it (``.corpus-<hash>.lock``) and looks again, so the parties of a
@@ -33,9 +35,12 @@ A corpus file larger than :data:`CHILD_BUILD_BYTES` is preprocessed in a child p
 (``python -m flower_topics.data.corpus_cache``): the parent then never holds the
 tokenizer's garbage, only the memory map.
 
-This cache serves simulated shares (every party on one machine reads the same public
-file). A deployed party's own corpus is read as before, once per process, and never
-written anywhere.
+It serves simulated shares (every party on one machine reads the same public file) and,
+with ``corpus-cache`` in a party's node config, a deployed party's own file: on Flower's
+deployment engine every message is a fresh ClientApp process, and the party's file is then
+prepared once into that folder on the party's own disk and memory-mapped by every later
+process (:func:`cached_corpus` with ``folder``). A folder that cannot be made or written is
+one line, and the file is read in memory as without a cache.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ logger = logging.getLogger("flower_topics")
 #: Environment variable naming the cache folder (``off``: no cache).
 CACHE_ENV = "FLOWER_TOPICS_CACHE_DIR"
 #: Bumped whenever the file layout or what the reader produces changes: older files are rebuilt.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAGIC = b"FTCORPUS"
 #: Corpus sources (all their files together) larger than this are preprocessed in a child process.
 CHILD_BUILD_BYTES = 8 << 20
@@ -113,11 +118,17 @@ def source_files(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def source_identity(path: str | os.PathLike[str]) -> list[list[Any]]:
-    """``[absolute path, size, modification time in ns]`` of each file the corpus at ``path`` is read from."""
+    """``[absolute path, size, SHA-256 of the content]`` of each file the corpus at ``path`` is read from.
+
+    The content, not the modification time: a file rewritten with other text within the same
+    second, or copied over with its old time kept, is another corpus.
+    """
     identity = []
     for file in source_files(path):
-        stat = file.stat()
-        identity.append([str(file.resolve()), int(stat.st_size), int(stat.st_mtime_ns)])
+        with open(file, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        identity.append([str(file.resolve()), int(size), digest])
     return identity
 
 
@@ -201,9 +212,13 @@ class CachedCorpus:
             sentence_start=None if self.sentence_start is None else np.array(self.sentence_start[token_pos]),
         )
 
-    def corpus(self) -> Corpus:
-        """Every document, in memory."""
-        return self.subset(np.arange(self.n_docs))
+    def corpus(self, split: np.ndarray | None = None) -> Corpus:
+        """Every document, in memory (``split``: one of the whole corpus to use instead of the cached one)."""
+        split = self.split if split is None else np.asarray(split, dtype=object)
+        return Corpus(tokens=np.asarray(self.tokens, dtype=np.int32), doc_ptr=self.doc_ptr.copy(),
+                      vocabulary=self.vocabulary, labels=None if self.labels is None else self.labels.copy(),
+                      split=None if split is None else split.copy(),
+                      sentence_start=None if self.sentence_start is None else np.array(self.sentence_start))
 
 
 def _strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -290,24 +305,46 @@ def write_cache(path: Path, corpus: Corpus, *, curated: bool, identity: list[lis
 def read_cache(path: Path, *, identity: list[list[Any]], key: str) -> CachedCorpus | None:
     """The cached corpus in ``path``, memory-mapped; None when the file is missing, of another format,
     for another source or options, stale (the source changed) or damaged (wrong length or checksum)."""
+    return open_cache(path, identity=identity, key=key)[0]
+
+
+#: Why :func:`open_cache` found no usable cache file: none there, the source changed, the file is damaged
+#: (or belongs to another source or reading options), or it is of an older format.
+MISSING, STALE, DAMAGED, OUTDATED = "missing", "stale", "damaged", "outdated"
+
+
+def open_cache(path: Path, *, identity: list[list[Any]], key: str) -> tuple[CachedCorpus | None, str]:
+    """The cached corpus in ``path`` (memory-mapped) and ``""``; or None and why not: :data:`MISSING`,
+    :data:`STALE` (its source's content is not the one it was built from), :data:`DAMAGED` (wrong magic,
+    length or CRC-32, or the header of another source or reading options) or :data:`OUTDATED`."""
     try:
         with open(path, "rb") as fh:
             prefix = fh.read(_PREFIX)
             if len(prefix) != _PREFIX or prefix[:len(MAGIC)] != MAGIC:
-                return None
+                return None, DAMAGED
             size = int.from_bytes(prefix[len(MAGIC):], "little")
             if size > 1 << 30:
-                return None
+                return None, DAMAGED
             header = json.loads(fh.read(size))
+    except FileNotFoundError:
+        return None, MISSING
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None, DAMAGED
+    try:
         start = _PREFIX + size
-        if (not isinstance(header, dict) or header.get("version") != FORMAT_VERSION or header.get("key") != key
-                or header.get("identity") != identity):
-            return None
+        if not isinstance(header, dict):
+            return None, DAMAGED
+        if header.get("version") != FORMAT_VERSION:
+            return None, OUTDATED
+        if header.get("key") != key:
+            return None, DAMAGED
+        if header.get("identity") != identity:
+            return None, STALE
         if os.path.getsize(path) != start + int(header["payload_size"]):
-            return None
+            return None, DAMAGED
         data = np.memmap(path, dtype=np.uint8, mode="r", offset=start, shape=(int(header["payload_size"]),))
         if zlib.crc32(data) != int(header["crc32"]):
-            return None
+            return None, DAMAGED
         arrays = {}
         for name, (offset, dtype, shape) in header["arrays"].items():
             dtype = np.dtype(dtype)
@@ -327,9 +364,9 @@ def read_cache(path: Path, *, identity: list[list[Any]], key: str) -> CachedCorp
             split=split,
             sentence_start=arrays["sentence_start"].view(bool) if "sentence_start" in arrays else None,
             curated=bool(header["curated"]),
-        )
+        ), ""
     except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError):
-        return None
+        return None, DAMAGED
 
 
 def build(path: str | os.PathLike[str], reading: Mapping[str, Any], target: Path) -> None:
@@ -364,7 +401,7 @@ def _building(target: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def cached_corpus(path: str | os.PathLike[str], reading: Mapping[str, Any], *,
+def cached_corpus(path: str | os.PathLike[str], reading: Mapping[str, Any], *, folder: str | os.PathLike[str] | None = None,
                   child_bytes: int = CHILD_BUILD_BYTES) -> CachedCorpus | None:
     """The corpus at ``path``, read with ``reading``, from the cache (built first when missing or stale).
 
@@ -374,49 +411,61 @@ def cached_corpus(path: str | os.PathLike[str], reading: Mapping[str, Any], *,
         The corpus (any format :func:`~flower_topics.data.readers.load_corpus` reads).
     reading : Mapping
         The reading options :data:`READING_KEYS`.
+    folder : str or path-like, optional
+        The cache folder (a party's node-config ``corpus-cache``); by default :func:`cache_dir`.
     child_bytes : int
         Sources larger than this are preprocessed in a child process.
 
     Returns
     -------
     CachedCorpus or None
-        None when the cache is off (``FLOWER_TOPICS_CACHE_DIR=off``) or its folder cannot be
-        written: then read the corpus in memory instead.
+        None when the cache is off (``FLOWER_TOPICS_CACHE_DIR=off``, no ``folder``) or its folder
+        cannot be written (said in one line): then read the corpus in memory instead.
 
     Raises
     ------
     UserInputError
         When the corpus cannot be read (as :func:`~flower_topics.data.readers.load_corpus`).
     """
-    folder = cache_dir()
-    if folder is None:
+    where = cache_dir() if folder is None else expand_path(folder)
+    if where is None:
         return None
     path = str(expand_path(path))
     key = cache_key(path, reading)
-    target = cache_file(folder, key)
+    target = cache_file(where, key)
     identity = source_identity(path)
-    cached = read_cache(target, identity=identity, key=key)
+    cached, _ = open_cache(target, identity=identity, key=key)
     if cached is not None:
         return cached
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not os.access(folder, os.W_OK):
-            raise PermissionError(f"{folder} is not writable")
-    except OSError as exc:
-        logger.warning("corpus cache %s cannot be used (%s): reading %s in memory", folder, exc, path)
+        where.mkdir(parents=True, exist_ok=True)
+        if not os.access(where, os.W_OK):
+            raise PermissionError(f"{where} is not writable")
+    except (OSError, ValueError) as exc:  # ValueError: a NUL character in the folder's name
+        logger.warning("corpus cache %s cannot be used (%s): reading %s in memory", where, exc, path)
         return None
     with _building(target):  # a process that finds another one building this file waits, then reads it
-        cached = read_cache(target, identity=source_identity(path), key=key)
+        cached, why = open_cache(target, identity=source_identity(path), key=key)
         if cached is not None:
             return cached
+        if why in REBUILT_BECAUSE:  # said by the one process that rebuilds it, once
+            logger.warning("corpus cache %s: %s; rebuilding it", target, REBUILT_BECAUSE[why].format(path=path))
         if sum(size for _, size, _ in identity) > child_bytes:
             _build_in_child(path, reading, target)
         else:
             build(path, reading, target)
-    cached = read_cache(target, identity=source_identity(path), key=key)
+    cached, _ = open_cache(target, identity=source_identity(path), key=key)
     if cached is None:  # the source changed while it was read: the file is stale already
         raise UserInputError(f"corpus {path} changed while it was read; run again once it is complete")
     return cached
+
+
+#: What :func:`cached_corpus` says, once, when it rebuilds a cache file it found unusable.
+REBUILT_BECAUSE = {
+    STALE: "{path} changed since this cache file was built",
+    DAMAGED: "the file is damaged or not this corpus' (it failed its checks)",
+    OUTDATED: "the file is of an older format",
+}
 
 
 def _main(argv: list[str]) -> int:

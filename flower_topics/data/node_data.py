@@ -26,7 +26,9 @@ evaluation covers them all. The dataset is preprocessed once per machine into th
 cache (:mod:`flower_topics.data.corpus_cache`); each process memory-maps it and
 materializes only the share it serves (with ``FLOWER_TOPICS_CACHE_DIR=off``, each process
 reads the whole dataset itself, as before; the shares are the same either way). A party's
-own file (node config ``dataset``) is read once per process and never cached.
+own file (node config ``dataset``) is read once per process, or with ``corpus-cache`` in its
+node config prepared once into that folder of the party's and memory-mapped by every later
+process (on the deployment engine, each message is a process of its own).
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "state-dir": Option("", "a directory on this party where it keeps its state after every message, so that a "
                         "SuperNode restarted with the same identity rejoins its run (flower_topics.federation.party_state; "
                         "'' = in memory only)"),
+    "corpus-cache": Option("", "a folder on this party where its prepared corpus (its file read and tokenized with "
+                           "its reading options) is kept and memory-mapped by every later message's process; rebuilt "
+                           "when the file's content or the options change or the cache file is damaged "
+                           "(flower_topics.data.corpus_cache; '' = the file is read at every message)"),
     "partition-id": Option(0, "simulation: this node's share of the run config's dataset", at_least(0)),
     "num-partitions": Option(1, "simulation: how many shares the run config's dataset is cut into", at_least(1)),
 }
@@ -199,7 +205,12 @@ def load_node_documents(node_config: Mapping[str, Any], run_config: Mapping[str,
     seed, heldout = int(run_config["seed"]), float(run_config["heldout-fraction"])
     if options.get("dataset"):
         path = str(expand_path(str(options["dataset"])))
-        corpus, curated = _read(path, tuple(sorted(reading.items())), seed, heldout)
+        folder = str(options.get("corpus-cache", "")).strip()
+        if folder:
+            corpus, curated = _read_through_cache(path, tuple(sorted(reading.items())), seed, heldout,
+                                                  str(expand_path(folder)))
+        else:
+            corpus, curated = _read(path, tuple(sorted(reading.items())), seed, heldout)
         return NodeDocuments(corpus, curated, f"this node's corpus {path}")
     if "partition-id" not in options or "num-partitions" not in options:
         raise UserInputError(
@@ -353,6 +364,22 @@ def _read(path: str, reading: tuple[tuple[str, Any], ...], seed: int, heldout: f
                          preprocess_config=preprocess_config(options))
     curated = corpus.split is not None  # an OCTIS folder: its vocabulary.txt and its split
     return ensure_split(corpus, seed=seed, ratios=split_ratios(heldout)), curated
+
+
+@lru_cache(maxsize=4)
+def _read_through_cache(path: str, reading: tuple[tuple[str, Any], ...], seed: int, heldout: float, folder: str
+                        ) -> tuple[Corpus, bool]:
+    """:func:`_read`'s corpus and split, from the party's own corpus cache in ``folder``: built there at the
+    first message, memory-mapped by every later process (read in memory, after one line, when the folder
+    cannot be written)."""
+    if not path_exists(path):
+        raise UserInputError(f"dataset {shown(path, 200)} does not exist; pass the path of an OCTIS folder, .jsonl, "
+                             ".csv or folder of .txt files")
+    cached = cached_corpus(path, dict(reading), folder=folder)
+    if cached is None:
+        return _read(path, reading, seed, heldout)
+    split = ensure_split(cached.skeleton(), seed=seed, ratios=split_ratios(heldout)).split
+    return cached.corpus(split=split), cached.curated
 
 
 def split_ratios(heldout: float) -> tuple[float, float, float]:

@@ -32,7 +32,7 @@ import functools
 import secrets
 from dataclasses import dataclass, fields
 from logging import ERROR, INFO
-from typing import Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
@@ -40,8 +40,7 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 
 from flower_topics import secure_sum
-from flower_topics.evaluation import federated as evaluation
-from flower_topics.federation import party_ledger, party_state
+from flower_topics.federation import message_timing, party_ledger, party_state
 from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
@@ -52,6 +51,9 @@ from flower_topics.options import coerce
 from flower_topics.wire import agreement
 from flower_topics.wire.agreement import split_words
 from flower_topics.wire.protocol import ARRAYS, BAD_INPUT, CONFIG, METRICS, SENDER, UPDATE, vocabulary_fingerprint
+
+if TYPE_CHECKING:
+    from flower_topics.evaluation.federated import PartyScorer
 
 S = TypeVar("S")
 PARTITION_KEYS = ("partition", "dirichlet-alpha", "partition-sizes", "label-groups")
@@ -73,7 +75,8 @@ def node_documents(context: Context, config: Mapping[str, Any]) -> NodeDocuments
     """This party's documents over its own words (its file, or its simulated share), once every node-config key
     it sets is valid (:func:`check_node_config`)."""
     check_node_config(context.node_config)
-    return load_node_documents(context.node_config, config)
+    with message_timing.stage("data"):
+        return load_node_documents(context.node_config, config)
 
 
 def check_node_config(node_config: Mapping[str, Any]) -> None:
@@ -101,9 +104,12 @@ class AgreedDocuments:
     heldout: Corpus
 
     @functools.cached_property
-    def scorer(self) -> evaluation.PartyScorer:
+    def scorer(self) -> PartyScorer:
         """Federated evaluation's scorer of these documents (prepared at its first message, then kept)."""
-        return evaluation.PartyScorer(self.training, self.heldout)
+        # imported by an evaluation message only: a training round needs none of it
+        from flower_topics.evaluation import federated
+
+        return federated.PartyScorer(self.training, self.heldout)
 
 
 _AGREED: dict[tuple[Any, ...], AgreedDocuments] = {}
@@ -137,8 +143,9 @@ def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: s
         if len(_AGREED) >= 8:
             _AGREED.pop(next(iter(_AGREED)))
         documents = node_documents(context, config)
-        corpus = documents.on_vocabulary(split_words(str(record["words"])), int(config["min-doc-length"]))
-        _AGREED[key] = AgreedDocuments(corpus.select_split("train", "val"), corpus.select_split("test"))
+        with message_timing.stage("data"):
+            corpus = documents.on_vocabulary(split_words(str(record["words"])), int(config["min-doc-length"]))
+            _AGREED[key] = AgreedDocuments(corpus.select_split("train", "val"), corpus.select_split("test"))
     return _AGREED[key]
 
 
@@ -221,16 +228,19 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
     step = spec.local_step()
     state_name = f"{spec.name}-state"
-    state = load_state(context, state_name, step.state())
+    with message_timing.stage("state"):
+        state = load_state(context, state_name, step.state())
     seed = party_seed(context, config, private=spec.private)
-    arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed)
+    with message_timing.stage("compute"):
+        arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed)
     party_ledger.record_round(context, config, spec.name, step.accounted(settings, corpus))  # before it leaves
     if secure is not None:
         order = spec.reply_spec(settings, corpus.n_words).arrays
         vector = np.concatenate([np.asarray(arrays[key]).ravel() for key in order])
         arrays = {secure_sum.MASKED_KEY: secure_party.mask_update(context.state, context.node_id, secure, vector)}
         metrics = {}
-    save_state(context, state_name, state)
+    with message_timing.stage("state"):
+        save_state(context, state_name, state)
     content = RecordDict({
         UPDATE: ArrayRecord({key: Array(value) for key, value in arrays.items()}),
         METRICS: MetricRecord(metrics),
@@ -349,19 +359,24 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     def handler(name: str, step: Callable[..., Message], keeps_state: bool = True
                 ) -> Callable[[Message, Context], Message]:
         def handle(msg: Message, context: Context) -> Message:
+            started = message_timing.begin()
             try:
                 config = data_config(context.run_config if run_config is None else run_config)
-                if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
-                    log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
-                        context.run_id)
+                with message_timing.stage("state"):
+                    if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
+                        log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
+                            context.run_id)
                 reply = party_ledger.guarded(step, msg, context, config,
                                              context.run_config if run_config is None else run_config)
                 if keeps_state:
-                    party_state.persist(context)
+                    with message_timing.stage("state"):
+                        party_state.persist(context)
                 return reply
             except UserInputError as exc:
                 log(ERROR, "flower-topics: %s: %s", name, exc)
                 return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {exc}"), reply_to=msg)
+            finally:
+                message_timing.record(name, started)
 
         return handle
 
