@@ -38,8 +38,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from scipy.stats import hypergeom
-
 __all__ = ["CORRECTNESS_BITS", "SECURITY_BITS", "GraphDesign", "RoundGraph", "design", "round_graph"]
 
 #: sigma: a graph is bad with probability at most 2^-40.
@@ -96,6 +94,8 @@ def log2_disconnected(parties: int, degree: int, removed: int) -> float:
 
 def _log2_tail(population: int, marked: int, drawn: int, above: int) -> float:
     """``log2`` Pr[X > above] for X hypergeometric (``marked`` of ``population``, ``drawn`` drawn)."""
+    from scipy.stats import hypergeom  # here: a round's ClientApp process needs it only in a secure round
+
     if above >= min(marked, drawn):
         return -math.inf
     return float(hypergeom.logsf(above, population, marked, drawn)) / math.log(2)
