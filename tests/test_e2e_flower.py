@@ -64,11 +64,12 @@ def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, caps
     assert bad == 2
     assert "'num-topics' = 0 must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
-    # a valid run config whose run fails in the ServerApp (no such vocabulary file): `flwr run` exits 0,
-    # the launcher 1
-    missing = tmp_path / "no-such-vocabulary.txt"
+    # a valid run config whose run fails in the ServerApp (a vocabulary file of one word: a topic model needs
+    # two): `flwr run` exits 0, the launcher 1
+    one_word = tmp_path / "one-word-vocabulary.txt"
+    one_word.write_text("engine\n", encoding="utf-8")
     failed = with_superlink([flwr, "run", ".", "--run-config",
-                             f"{config} vocabulary='{missing}' output-dir='{tmp_path / 'failed'}'"],
+                             f"{config} vocabulary='{one_word}' output-dir='{tmp_path / 'failed'}'"],
                             num_supernodes=2, app_dir=app_dir, timeout=240)
     assert failed == 1
     err = capsys.readouterr().err
@@ -76,7 +77,7 @@ def test_readme_launcher_reports_success_and_failure(tmp_path, monkeypatch, caps
     # the private SuperLink is gone: the line names the log it kept, not `flwr log` (which could not reach it)
     logs = list((tmp_path / "flwr-home" / "logs").glob("run-*.log"))
     assert len(logs) == 1 and f"its full log is kept in {logs[0]}" in err and "flwr log" not in err
-    assert "no-such-vocabulary.txt" in logs[0].read_text(encoding="utf-8")
+    assert "1 word(s) pass the vocabulary filters" in logs[0].read_text(encoding="utf-8")
     assert not (tmp_path / "failed" / "model.npz").exists()
 
 
