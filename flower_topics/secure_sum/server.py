@@ -182,6 +182,9 @@ class SecureRound:
         width = self.settings.epoch * crypto.PUBLIC_KEY_BYTES
         self.public_keys = {n: (bytes(r["c-pk"]), bytes(r["s-pk"])) for n, r in keys.items()
                             if len(bytes(r["s-pk"])) == width}
+        for node in sorted(set(keys) - set(self.public_keys)):
+            log(WARNING, "round %d: secure sum 'keys': node %d: refused mask keys of %d bytes, not %d (%d rounds)",
+                self.server_round, node, len(bytes(keys[node]["s-pk"])), width, self.settings.epoch)
         self._need("keys", self.public_keys)
         order = sorted(self.public_keys)
         c_pks, s_pks = [self.public_keys[n][0] for n in order], [self.public_keys[n][1] for n in order]
