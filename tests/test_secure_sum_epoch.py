@@ -188,3 +188,37 @@ def test_an_unmask_request_of_a_later_round_carries_only_that_rounds_shares():
         assert shamir.combine(shares[:4]) == seeds[server_round - 1]
     own = share_keys_plaintext_separate(bytes(run.grid.states[owner][party.STATE]["own-share"]))
     assert len(own[2]) == len(own[3]) == 3 * shamir.SHARE_BYTES  # the shares of all 3 rounds stay with the party
+
+
+def test_in_a_run_a_lost_update_ends_the_epoch_and_the_next_round_agrees_new_keys(tmp_path):
+    """``lda``, 4 parties, 5 rounds, key epochs of 10: keys in round 1; party 102's round-2 masked update is lost,
+    so round 3 agrees new keys; rounds 4 and 5 continue that epoch. The counts equal a plain run's exactly."""
+    from flower_topics.federation.client_app import make_client_app
+    from flower_topics.federation.server_app import run_server
+    from flower_topics.run.checkpoint import load_checkpoint
+    from flower_topics.simulations.inprocess import InProcessGrid
+    from flower_topics.wire import lda as wire
+    from tests.test_method_contract import TINY
+
+    def lost(server_round, node):
+        return server_round == 2 and node == 102
+
+    def run(name, **extra):
+        config = {**TINY, "method": "lda", "synthetic-nodes": 4, "synthetic-topics": 6, "federated-eval": False,
+                  "num-rounds": 5, "output-dir": str(tmp_path / name), **extra}
+        app, seen = make_client_app(config), []
+
+        def recording(msg, context):
+            if msg.metadata.message_type == "query.secure_sum":
+                seen.append((int(msg.content[CONFIG]["round"]), str(msg.content[CONFIG]["stage"])))
+            return app(msg, context)
+
+        run_server(InProcessGrid.partitions(recording, 4, config, lost), config)
+        return load_checkpoint(tmp_path / name).global_arrays[wire.COUNTS_KEY], seen
+
+    plain, _ = run("plain")
+    secure, seen = run("secure", **{"secure-aggregation": True, "secure-aggregation-epoch": 10})
+    np.testing.assert_array_equal(secure, plain)
+    assert sorted({r for r, stage in seen if stage == "keys"}) == [1, 3]
+    assert {r: sum(1 for s_r, s in seen if s_r == r and s == "unmask") for r in range(1, 6)} == {
+        1: 4, 2: 3, 3: 4, 4: 4, 5: 4}
