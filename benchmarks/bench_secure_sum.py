@@ -18,7 +18,9 @@ these runs. In one process every party's work runs one after the other, so a sec
 times the secure sum alone (100,000 cells) at ``--alone-parties`` (default 5, 50, 100, 200):
 the graph's degree and threshold, the work of one party (keys, shares, masking, unmask; the
 mean over the parties) and of the server (relay and unmasking), which on real hosts run in
-parallel; each is the fastest of ``--repeat`` (default 3) sums, as the machine may be shared.
+parallel, in the round that agrees the keys and in a later round of the key epoch; each is
+the fastest of ``--repeat`` (default 3) sums, as the machine may be shared. The secure runs
+are repeated for each ``--epochs`` value (``secure-aggregation-epoch``; default 1 and 10).
 Writes ``results.md`` into ``--out``.
 """
 
@@ -69,8 +71,10 @@ class _TimedGrid:
         return replies
 
 
-def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1) -> tuple[float, float, tuple[str, int]]:
-    """Seconds of one party and of the server for one secure sum of ``cells`` integers over ``parties``,
+def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1, epoch: int = 10
+                     ) -> tuple[list[tuple[float, float]], tuple[str, int]]:
+    """Seconds of one party and of the server for two secure sums of ``cells`` integers over ``parties`` in one
+    key epoch of ``epoch`` rounds (the first agrees the keys, the second continues; with ``epoch`` 1 both agree),
     and the graph's ``(k, t)``."""
     from flower_topics.secure_sum import party
     from flower_topics.secure_sum.protocol import SecureSumSettings
@@ -80,23 +84,28 @@ def secure_sum_alone(parties: int, cells: int = 100_000, tolerance: int = 1) -> 
     as_server()
     nodes = list(range(101, 101 + parties))
     grid = _TimedGrid(nodes)
-    started = time.perf_counter()
-    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=tolerance), server_round=1, timeout=60)
-    records = secure.setup()
-    masked = {}
-    for node, record in records.items():
-        values = np.random.default_rng(node).integers(-1000, 1000, size=cells)
-        t0 = time.perf_counter()
-        masked[node] = party.mask_update(grid.states[node], node, record, values)
-        grid.party_seconds += time.perf_counter() - t0
-    summed = secure.unmask(masked)
-    total = time.perf_counter() - started
-    expected = sum(np.random.default_rng(node).integers(-1000, 1000, size=cells) for node in nodes)
-    if not np.array_equal(summed, expected):
-        raise AssertionError("the secure sum is not the parties' sum")
+    settings, key_epoch, timings = SecureSumSettings(bits=32, tolerance=tolerance, epoch=epoch), None, []
+    for server_round in (1, 2):
+        grid.party_seconds = 0.0
+        started = time.perf_counter()
+        secure = SecureRound(grid, nodes, settings, server_round=server_round, timeout=60, epoch=key_epoch)
+        records = secure.setup()
+        key_epoch = secure.epoch
+        masked = {}
+        for node, record in records.items():
+            values = np.random.default_rng(node).integers(-1000, 1000, size=cells)
+            t0 = time.perf_counter()
+            masked[node] = party.mask_update(grid.states[node], node, record, values)
+            grid.party_seconds += time.perf_counter() - t0
+        summed = secure.unmask(masked)
+        total = time.perf_counter() - started
+        expected = sum(np.random.default_rng(node).integers(-1000, 1000, size=cells) for node in nodes)
+        if not np.array_equal(summed, expected):
+            raise AssertionError("the secure sum is not the parties' sum")
+        timings.append((grid.party_seconds / parties, total - grid.party_seconds))
     graph = secure.graph
     degree = f"{graph.design.degree} (complete)" if graph.design.complete else str(graph.design.degree)
-    return grid.party_seconds / parties, total - grid.party_seconds, (degree, graph.threshold)
+    return timings, (degree, graph.threshold)
 
 
 def main() -> None:
@@ -106,6 +115,8 @@ def main() -> None:
     parser.add_argument("--parties", type=int, nargs="*", default=[5, 50])
     parser.add_argument("--alone-parties", type=int, nargs="*", default=[5, 50, 100, 200])
     parser.add_argument("--tolerance", type=int, default=1)
+    parser.add_argument("--epochs", type=int, nargs="+", default=[1, 10],
+                        help="secure-aggregation-epoch values to run (1: keys every round)")
     parser.add_argument("--repeat", type=int, default=3, help="secure sums alone per party count (the fastest is kept)")
     parser.add_argument("--method", choices=["dplda", "ntm"], default="dplda")
     parser.add_argument("--ntm-dp", action=argparse.BooleanOptionalAction, default=True)
@@ -113,8 +124,8 @@ def main() -> None:
     logging.getLogger("flwr").setLevel(logging.WARNING)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = ["| parties | secure aggregation | s / round | MB sent / round | MB received / round |",
-             "|---|---|---|---|---|"]
+    lines = ["| parties | secure aggregation | key epoch R | s / round | MB sent / round | MB received / round |",
+             "|---|---|---|---|---|---|"]
     for parties in args.parties:
         base = {"dataset": "synthetic", "synthetic-nodes": parties, "synthetic-topics": parties * -(-20 // parties),
                 "synthetic-shared-topics": 0, "synthetic-vocab-size": 5000, "synthetic-docs-per-node": 100,
@@ -126,28 +137,33 @@ def main() -> None:
         vocabulary = out / f"vocabulary-{parties}.txt"
         corpus = make_synthetic_corpus(synthetic_config(parse_run_config({**base, "method": "lda"})), seed=0).corpus
         vocabulary.write_text("\n".join(corpus.vocabulary) + "\n")
-        for secure in (False, True):
-            name = f"p{parties}-{'secure' if secure else 'plain'}"
+        for secure, epoch in [(False, 1)] + [(True, e) for e in args.epochs]:
+            name = f"p{parties}-{f'secure-r{epoch}' if secure else 'plain'}"
             started = time.time()
-            train({**base, "vocabulary": str(vocabulary), "secure-aggregation": secure}, out / name, parties)
+            train({**base, "vocabulary": str(vocabulary), "secure-aggregation": secure,
+                   "secure-aggregation-epoch": epoch}, out / name, parties)
             rows = [json.loads(line) for line in (out / name / "metrics.jsonl").open()]
             seconds = float(np.median(np.diff([row["wall_time"] for row in rows])[1:]))
             sent = float(np.median([row["bytes_sent"] for row in rows[1:]])) / 1e6
             received = float(np.median([row["bytes_received"] for row in rows[1:]])) / 1e6
-            lines.append(f"| {parties} | {'yes' if secure else 'no'} | {seconds:.2f} | {sent:.1f} | {received:.1f} |")
+            lines.append(f"| {parties} | {'yes' if secure else 'no'} | {epoch if secure else '-'} | {seconds:.2f} | "
+                         f"{sent:.1f} | {received:.1f} |")
             print(lines[-1], f"(whole run {time.time() - started:.0f} s)", flush=True)
     cells = 100_000
     if args.method == "ntm":
         from flower_topics.wire.ntm import n_parameters
 
         cells = n_parameters("prodlda", 5000, 20)
-    lines += ["", f"The secure sum alone ({cells:,} cells, T = {args.tolerance}):", "",
+    epoch = max(args.epochs)
+    lines += ["", (f"The secure sum alone ({cells:,} cells, T = {args.tolerance}, key epoch of {epoch} rounds; "
+                   "seconds of the round that agrees the keys / of a later round):"), "",
               "| parties | degree k | threshold t | one party's seconds | server's seconds |", "|---|---|---|---|---|"]
     for parties in args.alone_parties:
-        runs = [secure_sum_alone(parties, cells, args.tolerance) for _ in range(args.repeat)]
-        one, server = min(run[0] for run in runs), min(run[1] for run in runs)
-        degree, threshold = runs[0][2]
-        lines.append(f"| {parties} | {degree} | {threshold} | {one:.3f} | {server:.2f} |")
+        runs = [secure_sum_alone(parties, cells, args.tolerance, epoch) for _ in range(args.repeat)]
+        best = [[min(run[0][r][who] for run in runs) for who in (0, 1)] for r in (0, 1)]
+        degree, threshold = runs[0][1]
+        lines.append(f"| {parties} | {degree} | {threshold} | {best[0][0]:.3f} / {best[1][0]:.3f} | "
+                     f"{best[0][1]:.2f} / {best[1][1]:.2f} |")
         print(lines[-1], flush=True)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

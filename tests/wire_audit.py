@@ -10,11 +10,12 @@ What may leave a party, by message type (README, "What leaves a party"):
   simulated share of the run config's dataset), so the run records which corpus it trained on;
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``); under
   secure aggregation, one masked integer vector of the protocol's arrays and nothing else;
-- ``query.secure_sum`` (every reply marked with its stage and round): stage ``keys``, two
-  X25519 public keys; ``shares``, one Fernet ciphertext per neighbour (all of one length)
-  addressed to participants it was sent; ``unmask``, per party of the request, a share of
-  its self-mask seed if it is alive or of its mask key if it dropped out, never both
-  (:mod:`flower_topics.secure_sum`);
+- ``query.secure_sum`` (every reply marked with its stage and round; ``keys`` and ``shares``
+  only in the first round of a key epoch): stage ``keys``, one X25519 public key and one
+  mask public key per round of the epoch; ``shares``, one Fernet ciphertext per neighbour
+  (all of one length) addressed to participants it was sent; ``unmask``, per party of the
+  request, a share of its self-mask seed of the round if it is alive or of its mask key of
+  the round if it dropped out, never both (:mod:`flower_topics.secure_sum`);
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.federated.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
   (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
@@ -145,8 +146,10 @@ def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: "
                          f"{ {k: sorted(v.keys()) for k, v in reply.content.items()} }")
     answer, asked = reply.content[CONFIG], request.content[CONFIG]
-    if stage == "keys" and not all(isinstance(answer[k], bytes) and len(answer[k]) == 44 for k in ("c-pk", "s-pk")):
-        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not two DER X25519 public keys")
+    rounds = int(asked.get("epoch-rounds", 1))  # a key epoch: one mask key pair per round
+    if stage == "keys" and not (isinstance(answer["c-pk"], bytes) and len(answer["c-pk"]) == 44
+                                and isinstance(answer["s-pk"], bytes) and len(answer["s-pk"]) == 44 * rounds):
+        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not 1 + {rounds} DER X25519 public keys")
     if (str(answer["stage"]), int(answer["round"])) != (stage, int(asked["round"])):
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: not marked with its stage and round")
     if stage == "shares":  # one ciphertext per neighbour in the round's graph, all of them when it is complete

@@ -135,6 +135,9 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "secure-aggregation-tolerance": Option(1, "secure aggregation: parties of a round that may drop out after "
                                                "masking or collude with the server without weakening the guarantee "
                                                "(a round of n needs n - T survivors; T < n / 2)", at_least(0)),
+        "secure-aggregation-epoch": Option(10, "secure aggregation: rounds one key agreement serves (each round still "
+                                           "has its own mask keys and seeds; a dropout or another set of parties "
+                                           "starts a new agreement; 1 = keys every round)", in_range(1, 100)),
         # --- evaluation
         "eval-every": Option(0, "evaluate the global model every N rounds (0 = ten times a run, evenly spaced; the "
                              "last round always)", at_least(0)),

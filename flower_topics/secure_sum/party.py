@@ -1,14 +1,23 @@
-"""The party's side of the secure sum: keys, shares, masking, unmasking.
+"""The party's side of the secure sum: keys, shares, masking, unmasking, over a key epoch of rounds.
 
 Every function takes the party's own ``context.state`` (a RecordDict kept by its SuperNode;
 the private keys and seeds below never leave it except as Shamir shares encrypted to the
-other parties) and its node id. Each round starts from fresh keys and a fresh self-mask seed
-from OS entropy. A party refuses, with one line, what an honest server would never ask: a
-key list without its own keys, fewer participants than the threshold, a party listed as
-both alive and dropped, and any stage out of order or twice: a request of another round (a
+other parties) and its node id. A key epoch of ``R`` rounds starts with the ``keys`` stage:
+one X25519 key pair to encrypt shares and, for each round of the epoch, its own mask key
+pair and its own self-mask seed, all from OS entropy; the ``shares`` stage Shamir-shares
+every round's seed and mask key at once. Each round uses only its own key pair and seed, so
+what one round's ``unmask`` reveals (the round's seeds of the alive parties, the round's mask
+keys of the dropped ones) says nothing about another round's masks.
+
+A party refuses, with one line, what an honest server would never ask: a key list without
+its own keys, fewer participants than the threshold, a party listed as both alive and
+dropped, and any stage out of order or twice: a request of another round or epoch (a
 replayed or reordered message), ``keys`` for a round not after its last, a second
 ``shares``, mask or ``unmask`` in one round (a server asking twice could collect both kinds
-of shares of one party).
+of shares of one party). It masks in a later round of an epoch only if it answered the
+``unmask`` of the round just before and that round had every participant alive and none
+dropped: otherwise the server may have rebuilt some party's mask key (*burned* it), and the
+epoch is over for this party (the next round must start a new epoch with ``keys``).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.secure_sum import crypto, shamir
 from flower_topics.secure_sum.graph import round_graph
 from flower_topics.secure_sum.protocol import (
+    MAX_EPOCH,
     SecureSumSettings,
     mask_context,
     pair_sign,
@@ -37,6 +47,8 @@ from flower_topics.secure_sum.protocol import (
 STATE = "secure-sum-state"
 #: The stage a party must have answered last before each stage of a round.
 _AFTER = {"shares": "keys", "mask": "shares", "unmask": "mask"}
+_KEY = crypto.PUBLIC_KEY_BYTES
+_SHARE = shamir.SHARE_BYTES
 
 
 def _ids(values: Any) -> list[int]:
@@ -44,16 +56,19 @@ def _ids(values: Any) -> list[int]:
 
 
 def _record(state: RecordDict, server_round: int, stage: str) -> ConfigRecord:
+    """The party's epoch record, if ``server_round`` is its current round or a later round of its epoch."""
     if STATE not in state.config_records:
         raise UserInputError(f"secure sum: '{stage}' for round {server_round}, but this party has no keys "
                              f"(it missed the 'keys' stage)")
     record = state[STATE]
-    if int(record["round"]) < server_round:
+    current, first = int(record["round"]), int(record["epoch"])
+    if current > server_round:
+        raise UserInputError(f"secure sum: refused '{stage}' for round {server_round}: this party is in round "
+                             f"{current} (a replayed or reordered message)")
+    if current < server_round and (stage not in ("train", "mask") or server_round >= first + int(record["rounds"])
+                                   or str(record["stage"]) not in ("unmask", "mask")):
         raise UserInputError(f"secure sum: '{stage}' for round {server_round}, but this party has no keys for it "
                              f"(it missed the 'keys' stage)")
-    if int(record["round"]) > server_round:
-        raise UserInputError(f"secure sum: refused '{stage}' for round {server_round}: this party is in round "
-                             f"{int(record['round'])} (a replayed or reordered message)")
     return record
 
 
@@ -62,6 +77,13 @@ def _state(state: RecordDict, server_round: int, stage: str) -> ConfigRecord:
     sets ``record["stage"]`` once the request has passed its own checks)."""
     record = _record(state, server_round, stage)
     last = str(record["stage"])
+    if int(record["round"]) < server_round:  # a later round of the epoch: only a mask, after a clean unmask
+        if int(record["round"]) != server_round - 1 or last != "unmask" or not bool(record["clean"]):
+            raise UserInputError(f"secure sum: refused to mask in round {server_round} with the keys of the epoch of "
+                                 f"round {int(record['epoch'])}: this party did not see round {server_round - 1} "
+                                 f"end with every party alive, so keys of this epoch may have been rebuilt by the "
+                                 f"server (a new epoch needs 'keys')")
+        return record
     if last == stage:
         raise UserInputError(f"secure sum: this party already answered '{stage}' in round {server_round}")
     if last != _AFTER[stage]:
@@ -71,47 +93,65 @@ def _state(state: RecordDict, server_round: int, stage: str) -> ConfigRecord:
 
 
 def _settings(record: ConfigRecord) -> SecureSumSettings:
-    return SecureSumSettings(bits=int(record["bits"]), tolerance=int(record["tolerance"]))
+    return SecureSumSettings(bits=int(record["bits"]), tolerance=int(record["tolerance"]), epoch=int(record["rounds"]))
+
+
+def _slot(record: ConfigRecord, server_round: int) -> int:
+    """The index of ``server_round`` in the record's epoch (its key pair and seed)."""
+    return server_round - int(record["epoch"])
 
 
 def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Stage ``keys``: fresh key pairs for the round; returns the two public keys."""
+    """Stage ``keys``: a new key epoch from ``round``: the key pair for the shares, and a mask key pair per round.
+
+    Returns ``c-pk`` (one DER X25519 public key) and ``s-pk`` (the epoch's ``R`` mask public
+    keys, one after the other).
+    """
     server_round, participants = int(request["round"]), _ids(request["participants"])
     if STATE in state.config_records and int(state[STATE]["round"]) >= server_round:
         raise UserInputError(f"secure sum: refused 'keys' for round {server_round}: this party already sent keys "
                              f"for round {int(state[STATE]['round'])} (a replayed or reordered message)")
-    settings = SecureSumSettings(bits=int(request["bits"]), tolerance=int(request["tolerance"]))
+    rounds = int(request.get("epoch-rounds", 1))
+    if not 1 <= rounds <= MAX_EPOCH:
+        raise UserInputError(f"secure sum: a key epoch of {rounds} rounds, the most is {MAX_EPOCH}")
+    settings = SecureSumSettings(bits=int(request["bits"]), tolerance=int(request["tolerance"]), epoch=rounds)
     if node_id not in participants or len(set(participants)) != len(participants):
         raise UserInputError("secure sum: the participant list does not name this party exactly once")
     problem = settings.check_parties(len(participants))
     if problem:
         raise UserInputError(problem)
-    c_key, s_key = crypto.new_private_key(), crypto.new_private_key()
-    state[STATE] = ConfigRecord({
-        "round": server_round, "bits": settings.bits, "tolerance": settings.tolerance,
+    c_key, s_keys = crypto.new_private_key(), [crypto.new_private_key() for _ in range(rounds)]
+    state[STATE] = ConfigRecord({  # replaces any earlier epoch: its keys are never used again
+        "round": server_round, "epoch": server_round, "rounds": rounds,
+        "bits": settings.bits, "tolerance": settings.tolerance,
         "participants": [str(p) for p in participants],
-        "c-sk": crypto.private_bytes(c_key), "s-sk": crypto.private_bytes(s_key),
-        "stage": "keys",
+        "c-sk": crypto.private_bytes(c_key), "s-sk": [crypto.private_bytes(k) for k in s_keys],
+        "stage": "keys", "clean": False,
     })
-    return {"c-pk": crypto.public_bytes(c_key), "s-pk": crypto.public_bytes(s_key)}
+    return {"c-pk": crypto.public_bytes(c_key), "s-pk": b"".join(crypto.public_bytes(k) for k in s_keys)}
 
 
 def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Stage ``shares``: Shamir shares of a fresh self-mask seed and of the mask key, encrypted to each neighbour.
+    """Stage ``shares``: Shamir shares of the epoch's self-mask seeds and mask keys, encrypted to each neighbour.
 
-    The neighbours and the threshold are the round's graph
-    (:func:`~flower_topics.secure_sum.graph.round_graph`), which the party derives itself from
-    the key listing, the number of participants and the tolerance of its own ``keys`` stage.
+    The neighbours and the threshold are the epoch's graph
+    (:func:`~flower_topics.secure_sum.graph.round_graph` of its first round), which the party
+    derives itself from the key listing, the number of participants and the tolerance of its
+    own ``keys`` stage. One ciphertext per neighbour carries its share of every round's seed
+    and of every round's mask key.
     """
     server_round = int(request["round"])
     record = _state(state, server_round, "shares")
     nodes, c_pks, s_pks = _ids(request["nodes"]), list(request["c-pk"]), list(request["s-pk"])
     settings = _settings(record)
-    c_key, s_key = crypto.load_private(bytes(record["c-sk"])), crypto.load_private(bytes(record["s-sk"]))
-    if not (len(nodes) == len(c_pks) == len(s_pks)) or len(set(nodes)) != len(nodes):
+    rounds = settings.epoch
+    c_key = crypto.load_private(bytes(record["c-sk"]))
+    s_keys = [crypto.load_private(bytes(k)) for k in record["s-sk"]]
+    if not (len(nodes) == len(c_pks) == len(s_pks)) or len(set(nodes)) != len(nodes) \
+            or any(len(bytes(b)) != rounds * _KEY for b in s_pks):
         raise UserInputError("secure sum: the key list is malformed")
     if node_id not in nodes or bytes(c_pks[nodes.index(node_id)]) != crypto.public_bytes(c_key) \
-            or bytes(s_pks[nodes.index(node_id)]) != crypto.public_bytes(s_key):
+            or bytes(s_pks[nodes.index(node_id)]) != b"".join(crypto.public_bytes(k) for k in s_keys):
         raise UserInputError("secure sum: the key list does not carry this party's own keys")
     participants = len(_ids(record["participants"]))
     if not set(nodes) <= set(_ids(record["participants"])):
@@ -123,12 +163,13 @@ def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> d
                         [bytes(b) for b in c_pks], [bytes(b) for b in s_pks])
     holders = graph.holders(node_id)
     xs = [graph.x(h) for h in holders]
-    seed = os.urandom(32)
-    seed_shares = shamir.split(int.from_bytes(seed, "big"), graph.threshold, xs)
-    key_shares = shamir.split(crypto.private_scalar(s_key), graph.threshold, xs)
+    seeds = [os.urandom(32) for _ in range(rounds)]
+    seed_shares = [shamir.split(int.from_bytes(seed, "big"), graph.threshold, xs) for seed in seeds]
+    key_shares = [shamir.split(crypto.private_scalar(k), graph.threshold, xs) for k in s_keys]
     destinations, ciphertexts, channel_keys = [], [], []
-    for peer, seed_share, key_share in zip(holders, seed_shares, key_shares, strict=True):
-        plain = share_keys_plaintext_concat(node_id, peer, shamir.encode(seed_share), shamir.encode(key_share))
+    for i, peer in enumerate(holders):
+        plain = share_keys_plaintext_concat(node_id, peer, b"".join(shamir.encode(s[i]) for s in seed_shares),
+                                            b"".join(shamir.encode(k[i]) for k in key_shares))
         if peer == node_id:
             own = plain
             continue
@@ -136,7 +177,7 @@ def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> d
         destinations.append(str(peer))
         ciphertexts.append(crypto.encrypt(channel_keys[-1], plain))
     record["stage"] = "shares"
-    record["self-seed"] = seed
+    record["self-seeds"] = seeds
     record["nodes"] = [str(n) for n in nodes]
     record["neighbours"] = destinations  # sorted, with the Fernet key shared with each in "channel-keys"
     record["channel-keys"] = channel_keys
@@ -147,23 +188,44 @@ def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> d
     return {"destinations": destinations, "ciphertexts": ciphertexts}
 
 
-def mask_update(state: RecordDict, node_id: int, request: Mapping[str, Any], values: np.ndarray) -> np.ndarray:
-    """Stage 3 (inside the training reply): ``values`` (int64) plus the self mask and the pairwise masks, mod 2^bits.
-
-    ``request`` is the round record of the training message: the senders and ciphertexts of
-    the shares addressed to this party. Pairwise masks are added with every neighbour whose
-    shares arrived (they can be removed if it drops out later). A party masks once a round.
-    """
-    server_round = int(request["round"])
-    record = _state(state, server_round, "mask")
-    settings = _settings(record)
+def _open_shares(record: ConfigRecord, node_id: int, request: Mapping[str, Any]) -> None:
+    """The epoch's first mask: open the neighbours' forwarded shares (each must open and be addressed here)."""
     senders = _ids(request["senders"])
     ciphertexts = [bytes(c) for c in request["ciphertexts"]]
-    nodes, neighbours = _ids(record["nodes"]), set(_ids(record["neighbours"]))
+    neighbours = set(_ids(record["neighbours"]))
     if len(senders) != len(ciphertexts) or not set(senders) <= neighbours or len(set(senders)) != len(senders):
         raise UserInputError("secure sum: the forwarded shares do not come from this party's neighbours")
     if len(senders) + 1 < int(record["threshold"]):
         raise UserInputError("secure sum: fewer parties than the threshold completed the share stage")
+    channel = dict(zip(_ids(record["neighbours"]), record["channel-keys"], strict=True))
+    opened = []
+    for sender, ciphertext in zip(senders, ciphertexts, strict=True):
+        opened.append(crypto.decrypt(bytes(channel[sender]), ciphertext))
+        src, dst, _, _ = share_keys_plaintext_separate(opened[-1])
+        if (src, dst) != (sender, node_id):
+            raise UserInputError("secure sum: a forwarded share is addressed to another party")
+    record["senders"] = [str(s) for s in senders]
+    record["opened"] = opened  # the shares addressed to this party, in this party's own state only
+
+
+def mask_update(state: RecordDict, node_id: int, request: Mapping[str, Any], values: np.ndarray) -> np.ndarray:
+    """Stage 3 (inside the training reply): ``values`` (int64) plus the round's self mask and pairwise masks, mod 2^bits.
+
+    ``request`` is the round record of the training message: its round and key epoch and, in
+    the epoch's first round, the senders and ciphertexts of the shares addressed to this
+    party. Pairwise masks are added with every neighbour whose shares arrived (they can be
+    removed if it drops out later), each from this round's mask key pair of the two parties
+    and the round. A party masks once a round, and in a later round of the epoch only after a
+    clean ``unmask`` of the previous one.
+    """
+    server_round = int(request["round"])
+    record = _state(state, server_round, "mask")
+    if int(request.get("epoch", server_round)) != int(record["epoch"]):
+        raise UserInputError(f"secure sum: refused to mask in round {server_round}: the message names the key "
+                             f"epoch of round {int(request.get('epoch', server_round))}, this party's is of round "
+                             f"{int(record['epoch'])} (a replayed or reordered message)")
+    settings = _settings(record)
+    nodes = _ids(record["nodes"])
     values = np.asarray(values)
     if not np.issubdtype(values.dtype, np.integer):
         raise TypeError("the secure sum adds integers only")
@@ -172,43 +234,40 @@ def mask_update(state: RecordDict, node_id: int, request: Mapping[str, Any], val
         raise UserInputError(f"secure sum: an entry of this party's update, {int(np.abs(values).max())}, exceeds "
                              f"{limit}, the most that {len(nodes)} parties can add modulo 2^{settings.bits} without "
                              f"wrapping; use a larger secure-aggregation-bits")
-    s_key = crypto.load_private(bytes(record["s-sk"]))
-    channel = dict(zip(_ids(record["neighbours"]), record["channel-keys"], strict=True))
-    opened = []
-    for sender, ciphertext in zip(senders, ciphertexts, strict=True):  # check now that every share opens and is ours
-        opened.append(crypto.decrypt(bytes(channel[sender]), ciphertext))
-        src, dst, _, _ = share_keys_plaintext_separate(opened[-1])
-        if (src, dst) != (sender, node_id):
-            raise UserInputError("secure sum: a forwarded share is addressed to another party")
-    record["stage"] = "mask"
+    if int(record["round"]) == server_round:
+        _open_shares(record, node_id, request)
+    record["round"], record["stage"], record["clean"] = server_round, "mask", False
+    slot = _slot(record, server_round)
+    s_key = crypto.load_private(bytes(record["s-sk"][slot]))
     masked = settings.reduce(values.ravel().astype(np.int64))
-    masked += crypto.mask(bytes(record["self-seed"]), self_context(server_round, node_id), values.size, settings.bits)
-    for peer in senders:
-        s_pk = bytes(record["s-pk"][nodes.index(peer)])
+    masked += crypto.mask(bytes(record["self-seeds"][slot]), self_context(server_round, node_id), values.size,
+                          settings.bits)
+    for peer in _ids(record["senders"]):
+        s_pk = bytes(record["s-pk"][nodes.index(peer)])[slot * _KEY:(slot + 1) * _KEY]
         pair = crypto.mask(crypto.shared_key(s_key, s_pk), mask_context(server_round, node_id, peer), values.size,
                            settings.bits)
         if pair_sign(node_id, peer) > 0:
             masked += pair
         else:
             masked -= pair
-    record["senders"] = [str(s) for s in senders]
-    record["opened"] = opened  # the shares addressed to this party, in this party's own state only
     return settings.reduce(masked).astype(settings.wire_dtype)
 
 
 def unmask(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Stage ``unmask``: this party's shares of its alive holders' seeds and of its dropped neighbours' mask keys.
+    """Stage ``unmask``: this party's shares of its alive holders' round seeds and of its dropped neighbours' round keys.
 
     ``alive`` and ``dropped`` are the round's lists (every party whose shares went out); the
     party answers for itself and the neighbours whose shares it holds, never both kinds for
-    one party, and once a round.
+    one party, and once a round; the shares are those of this round's seed and mask key
+    only. A round with a party dropped or a participant missing ends the epoch for this party.
     """
     server_round = int(request["round"])
     record = _state(state, server_round, "unmask")
     alive, dropped = set(_ids(request["alive"])), set(_ids(request["dropped"]))
     settings = _settings(record)
     senders = set(_ids(record.get("senders", [])))
-    survivors = settings.threshold(len(_ids(record["participants"])))
+    participants = set(_ids(record["participants"]))
+    survivors = settings.threshold(len(participants))
     nodes = _ids(record.get("nodes", []))
     mine = (alive | dropped) & (set(_ids(record.get("neighbours", []))) | {node_id})
     if alive & dropped or node_id not in alive or not (alive | dropped) <= set(nodes) or not mine <= senders | {node_id}:
@@ -216,6 +275,8 @@ def unmask(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[
     if len(alive) < survivors:
         raise UserInputError(f"secure sum: {len(alive)} parties alive, the threshold is {survivors}")
     record["stage"] = "unmask"
+    record["clean"] = not dropped and alive == participants  # else the epoch is over: keys may be burned
+    low, high = _slot(record, server_round) * _SHARE, (_slot(record, server_round) + 1) * _SHARE
     shares_of, seed_shares, key_shares = [], [], []
     opened = {node_id: bytes(record["own-share"])}
     opened.update({sender: bytes(plain) for sender, plain in zip(_ids(record["senders"]), record["opened"],
@@ -223,8 +284,8 @@ def unmask(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[
     for peer in sorted(mine):
         _, _, seed_share, key_share = share_keys_plaintext_separate(opened[peer])
         shares_of.append(str(peer))
-        seed_shares.append(seed_share if peer in alive else b"")
-        key_shares.append(key_share if peer in dropped else b"")
+        seed_shares.append(seed_share[low:high] if peer in alive else b"")
+        key_shares.append(key_share[low:high] if peer in dropped else b"")
     return {"nodes": shares_of, "seed-shares": seed_shares, "key-shares": key_shares}
 
 

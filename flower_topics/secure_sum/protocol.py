@@ -1,31 +1,32 @@
 """What the secure sum's messages carry, and the arithmetic modulo ``2^bits`` (shared by both ends).
 
-A round of secure aggregation has four steps; the first, second and fourth are Flower query
-messages of type :data:`MESSAGE_TYPE` with a :data:`~flower_topics.wire.protocol.CONFIG`
-record whose ``stage`` is one of the following. Every request and every reply carries the
-``stage`` and the ``round``; either end refuses, with one line, one of another round or out
-of order (a replayed or reordered message).
+A round of secure aggregation has four steps in the first round of a *key epoch* and two
+(the training message and ``unmask``) in its later rounds; the first, second and fourth are
+Flower query messages of type :data:`MESSAGE_TYPE` with a
+:data:`~flower_topics.wire.protocol.CONFIG` record whose ``stage`` is one of the following.
+Every request and every reply carries the ``stage`` and the ``round``; either end refuses,
+with one line, one of another round or out of order (a replayed or reordered message).
 
-``keys``
-    server -> each sampled party: the round, the participants, ``bits`` and the tolerance
-    ``T``. Reply: two fresh X25519 public keys (``c-pk`` to encrypt shares, ``s-pk`` for the
-    pairwise masks).
-``shares``
+``keys`` (an epoch's first round)
+    server -> each sampled party: the round, the participants, ``bits``, the tolerance ``T``
+    and ``epoch-rounds`` ``R``. Reply: fresh X25519 public keys: ``c-pk`` to encrypt shares,
+    ``s-pk`` the ``R`` mask keys, one per round of the epoch, one after the other.
+``shares`` (an epoch's first round)
     server -> each party that answered: everyone's public keys, from which every party
-    derives the round's graph (:mod:`~flower_topics.secure_sum.graph`). Reply: for each
+    derives the epoch's graph (:mod:`~flower_topics.secure_sum.graph`). Reply: for each
     neighbour, a Fernet ciphertext of its Shamir shares (threshold ``t``) of this party's
-    self-mask seed and of its mask private key.
+    ``R`` self-mask seeds and ``R`` mask private keys.
 
 The third step is the method's own ``train.<method>`` message: it carries a
-:data:`ROUND_RECORD` ConfigRecord with the ciphertexts addressed to the party; the party
-replies with one array, :data:`MASKED_KEY`, its integer update plus its masks, modulo
-``2^bits``.
+:data:`ROUND_RECORD` ConfigRecord with the round, the epoch (its first round) and, in the
+epoch's first round, the ciphertexts addressed to the party; the party replies with one
+array, :data:`MASKED_KEY`, its integer update plus the round's masks, modulo ``2^bits``.
 
-``unmask``
+``unmask`` (every round)
     server -> the parties whose masked update arrived: who is alive and who dropped out.
     Reply: the shares it holds (its own and its neighbours') of each alive party's self-mask
-    seed and of each dropped party's mask key (never both for one party; a party answers
-    ``unmask`` once per round).
+    seed of the round and of each dropped party's mask key of the round (never both for one
+    party; a party answers ``unmask`` once per round).
 
 What the server learns: the public keys, the ciphertexts (it holds no key to open them), the
 masked vectors (uniform modulo ``2^bits`` to it) and, after ``unmask``, the sum over the
@@ -47,6 +48,8 @@ MESSAGE_TYPE = f"{MessageType.QUERY}.secure_sum"
 ROUND_RECORD = "secure-sum"
 MASKED_KEY = "masked-sum"
 STAGES = ("keys", "shares", "unmask")
+#: The most rounds one key epoch may serve (a party keeps a key pair and a seed per round).
+MAX_EPOCH = 100
 
 
 @dataclass(frozen=True)
@@ -62,21 +65,30 @@ class SecureSumSettings:
         server. A round of ``n`` parties needs ``n - T`` survivors and ``T < n / 2``;
         Shamir's threshold is ``t = n - T`` with the complete graph, and the graph's own
         ``t`` with a sparse one (:func:`~flower_topics.secure_sum.graph.design`).
+    epoch : int
+        ``R``: the rounds one key agreement serves (a *key epoch*). The ``keys`` and
+        ``shares`` stages run in an epoch's first round only, with one key pair and one
+        self-mask seed per round of the epoch; a round with another set of parties, a
+        dropout, or past ``R`` rounds starts a new epoch. 1: every round agrees keys.
     """
 
     bits: int = 32
     tolerance: int = 1
+    epoch: int = 1
 
     def __post_init__(self) -> None:
         if not 16 <= self.bits <= 64:
             raise ValueError("bits must be in [16, 64]")
         if self.tolerance < 0:
             raise ValueError("tolerance must be >= 0")
+        if not 1 <= self.epoch <= MAX_EPOCH:
+            raise ValueError(f"epoch must be in [1, {MAX_EPOCH}]")
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> SecureSumSettings:
         """The settings of a validated run config."""
-        return cls(bits=int(config["secure-aggregation-bits"]), tolerance=int(config["secure-aggregation-tolerance"]))
+        return cls(bits=int(config["secure-aggregation-bits"]), tolerance=int(config["secure-aggregation-tolerance"]),
+                   epoch=int(config.get("secure-aggregation-epoch", 1)))
 
     def threshold(self, parties: int) -> int:
         """The survivors a round of ``parties`` participants needs (Shamir's ``t`` with the complete graph)."""

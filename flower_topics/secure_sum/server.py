@@ -1,16 +1,23 @@
 """The server's side of the secure sum: it relays keys and shares and learns only the sum.
 
 :class:`SecureRound` runs the ``keys`` and ``shares`` stages for a round's sampled parties
-(Flower query messages through the strategy's Grid), derives the round's graph as the
-parties do (:mod:`~flower_topics.secure_sum.graph`), forwards each party the shares of its
-neighbours in the record its training message must carry, and, once the masked updates are
-in, runs ``unmask`` with the parties whose update arrived and removes the masks: the self
-masks of the alive parties (from ``t`` shares of each seed) and the pairwise masks that the
-alive parties share with neighbours that dropped out after the share stage (from ``t``
-shares of each dropped party's mask key). Fewer than ``n - T`` survivors at any stage, or
-fewer than ``t`` live holders of a secret, stops the round with one logged line; the caller
-keeps its model. A reply whose stage or round is not the one asked (a replayed or reordered
-message) is refused with one logged line, as if that party had not answered.
+(Flower query messages through the strategy's Grid) when the round starts a key epoch,
+derives the epoch's graph as the parties do (:mod:`~flower_topics.secure_sum.graph`),
+forwards each party the shares of its neighbours in the record its training message must
+carry, and, once the masked updates are in, runs ``unmask`` with the parties whose update
+arrived and removes the masks: the round's self masks of the alive parties (from ``t``
+shares of each seed) and the pairwise masks that the alive parties share with neighbours
+that dropped out after the share stage (from ``t`` shares of each dropped party's mask key
+of the round). Fewer than ``n - T`` survivors at any stage, or fewer than ``t`` live holders
+of a secret, stops the round with one logged line; the caller keeps its model. A reply whose
+stage or round is not the one asked (a replayed or reordered message) is refused with one
+logged line, as if that party had not answered.
+
+A :class:`KeyEpoch` is what one agreement serves: the participants, their public keys and
+the graph, for up to ``R`` rounds (:attr:`SecureSumSettings.epoch`). The next round
+continues it (no ``keys`` or ``shares`` stage: a training message and ``unmask``) only if it
+samples the same parties, is within the epoch, and the round just before, of the epoch, ended
+with every party answering every stage and none dropped; otherwise it starts a new epoch.
 """
 
 from __future__ import annotations
@@ -41,6 +48,51 @@ class SecureRoundFailed(RuntimeError):
 
 
 @dataclass
+class KeyEpoch:
+    """One key agreement and the rounds it serves.
+
+    Attributes
+    ----------
+    first : int
+        The round that agreed the keys (every round's mask keys and seeds are indexed from it).
+    rounds : int
+        ``R``: it serves rounds ``first`` to ``first + R - 1``.
+    participants : tuple of int
+        The parties sampled in its first round, sorted.
+    public_keys : dict
+        Each party's ``(c-pk, s-pk)``: ``s-pk`` is its ``R`` mask public keys, one after the other.
+    graph : RoundGraph
+        The graph of its first round.
+    members : set of int
+        The parties whose shares went out.
+    last_round : int
+        The last round it served.
+    clean : bool
+        Whether ``last_round`` ended with every participant answering every stage and none dropped (only
+        then may the next round continue the epoch).
+    """
+
+    first: int
+    rounds: int
+    participants: tuple[int, ...]
+    public_keys: dict[int, tuple[bytes, bytes]]
+    graph: RoundGraph
+    members: set[int]
+    last_round: int
+    clean: bool = False
+
+    def continues(self, nodes: Iterable[int], server_round: int) -> bool:
+        """Whether ``server_round`` over ``nodes`` may use this epoch's keys."""
+        return (self.clean and tuple(sorted(nodes)) == self.participants and self.members == set(self.participants)
+                and server_round == self.last_round + 1 and server_round < self.first + self.rounds)
+
+    def mask_key(self, node: int, server_round: int) -> bytes:
+        """``node``'s mask public key of ``server_round``."""
+        slot = server_round - self.first
+        return self.public_keys[node][1][slot * crypto.PUBLIC_KEY_BYTES:(slot + 1) * crypto.PUBLIC_KEY_BYTES]
+
+
+@dataclass
 class SecureRound:
     """One round's secure sum over ``nodes``.
 
@@ -56,6 +108,10 @@ class SecureRound:
         The round number (it enters every mask's derivation, and every message carries it).
     timeout : float
         Seconds each stage waits for replies.
+    epoch : KeyEpoch, optional
+        The previous round's key epoch: continued when it may be
+        (:meth:`KeyEpoch.continues`), else a new one starts; :meth:`setup` sets it to the
+        round's epoch.
     """
 
     grid: Grid
@@ -63,9 +119,11 @@ class SecureRound:
     settings: SecureSumSettings
     server_round: int
     timeout: float
+    epoch: KeyEpoch | None = None
     public_keys: dict[int, tuple[bytes, bytes]] = field(default_factory=dict)
     outbox: dict[int, dict[int, bytes]] = field(default_factory=dict)
     graph: RoundGraph | None = None
+    agreed: bool = False
     bytes_sent: int = 0
     bytes_received: int = 0
 
@@ -104,15 +162,30 @@ class SecureRound:
                                     f"{len(self.nodes)} parties answered, the threshold is {self.threshold}")
 
     def setup(self) -> dict[int, ConfigRecord]:
-        """Stages ``keys`` and ``shares``; returns the record each remaining party's training message carries."""
+        """Stages ``keys`` and ``shares`` when the round starts a key epoch (none when it continues one);
+        returns the record each remaining party's training message carries."""
         problem = self.settings.check_parties(len(self.nodes))
         if problem:
             raise SecureRoundFailed(f"round {self.server_round}: {problem}")
+        epoch = self.epoch
+        if epoch is not None and epoch.continues(self.nodes, self.server_round):
+            epoch.last_round, epoch.clean = self.server_round, False
+            self.public_keys, self.graph = epoch.public_keys, epoch.graph
+            self.outbox = {n: {} for n in sorted(epoch.members)}
+            return {n: ConfigRecord({"round": self.server_round, "epoch": epoch.first, "bits": self.settings.bits,
+                                     "senders": [], "ciphertexts": []}) for n in self.outbox}
+        self.epoch, self.agreed = None, True
         request = {"participants": [str(n) for n in self.nodes], "bits": self.settings.bits,
-                   "tolerance": self.settings.tolerance}
+                   "tolerance": self.settings.tolerance, "epoch-rounds": self.settings.epoch}
         keys = self._exchange("keys", {n: request for n in self.nodes})
         self._need("keys", keys)
-        self.public_keys = {n: (bytes(r["c-pk"]), bytes(r["s-pk"])) for n, r in keys.items()}
+        width = self.settings.epoch * crypto.PUBLIC_KEY_BYTES
+        self.public_keys = {n: (bytes(r["c-pk"]), bytes(r["s-pk"])) for n, r in keys.items()
+                            if len(bytes(r["s-pk"])) == width}
+        for node in sorted(set(keys) - set(self.public_keys)):
+            log(WARNING, "round %d: secure sum 'keys': node %d: refused mask keys of %d bytes, not %d (%d rounds)",
+                self.server_round, node, len(bytes(keys[node]["s-pk"])), width, self.settings.epoch)
+        self._need("keys", self.public_keys)
         order = sorted(self.public_keys)
         c_pks, s_pks = [self.public_keys[n][0] for n in order], [self.public_keys[n][1] for n in order]
         self.graph = round_graph(self.server_round, len(self.nodes), self.settings.tolerance, order, c_pks, s_pks)
@@ -124,8 +197,10 @@ class SecureRound:
             for dst, ciphertext in zip(reply["destinations"], reply["ciphertexts"]):
                 if int(dst) in self.outbox and int(dst) in self.graph.neighbours[src]:
                     self.outbox[int(dst)][src] = bytes(ciphertext)
-        return {dst: ConfigRecord({"round": self.server_round, "bits": self.settings.bits,
-                                   "senders": [str(s) for s in inbox],
+        self.epoch = KeyEpoch(self.server_round, self.settings.epoch, tuple(sorted(self.nodes)), self.public_keys,
+                              self.graph, set(self.outbox), self.server_round)
+        return {dst: ConfigRecord({"round": self.server_round, "epoch": self.server_round,
+                                   "bits": self.settings.bits, "senders": [str(s) for s in inbox],
                                    "ciphertexts": list(inbox.values())})
                 for dst, inbox in self.outbox.items()}
 
@@ -138,14 +213,16 @@ class SecureRound:
             When fewer than ``n - T`` masked updates arrived or parties answered ``unmask``, or
             fewer than ``t`` holders of a party's secret answered.
         """
-        if self.graph is None:
+        if self.graph is None or self.epoch is None:
             raise RuntimeError("SecureRound.unmask before setup")
+        epoch = self.epoch
         alive = sorted(n for n in masked if n in self.outbox)
         self._need("masked updates", alive)
         dropped = sorted(set(self.outbox) - set(alive))
         request = {"alive": [str(n) for n in alive], "dropped": [str(n) for n in dropped]}
         answers = self._exchange("unmask", {n: request for n in alive})
         self._need("unmask", answers)
+        every_party = not dropped and len(answers) == len(alive) == len(epoch.participants)
         shares: dict[int, list[tuple[int, int]]] = {n: [] for n in self.outbox}
         for holder, reply in answers.items():
             for owner, seed_share, key_share in zip(reply["nodes"], reply["seed-shares"], reply["key-shares"]):
@@ -182,11 +259,12 @@ class SecureRound:
         for node in dropped:
             key = crypto.from_scalar(secret(node, "mask key"))
             for peer in sorted(self.graph.neighbours[node] & set(alive)):
-                pair = crypto.mask(crypto.shared_key(key, self.public_keys[peer][1]),
+                pair = crypto.mask(crypto.shared_key(key, epoch.mask_key(peer, self.server_round)),
                                    mask_context(self.server_round, peer, node), size, self.settings.bits)
                 # the alive peer added pair_sign(peer, node) * pair; take it out
                 if pair_sign(peer, node) > 0:
                     total -= pair
                 else:
                     total += pair
+        epoch.clean = every_party  # a dropout ends the epoch: the next round agrees new keys
         return self.settings.centered(total)

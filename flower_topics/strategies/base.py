@@ -52,7 +52,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.evaluation.federated import EvaluationSettings
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.secure_sum.protocol import MASKED_KEY, ROUND_RECORD, SecureSumSettings
-from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
+from flower_topics.secure_sum.server import KeyEpoch, SecureRound, SecureRoundFailed
 from flower_topics.strategies.outstanding import OutstandingMessages
 from flower_topics.wire.protocol import (
     ARRAYS,
@@ -213,6 +213,7 @@ class TopicStrategy(Strategy):
         self.secure = secure
         self.round_timeout = round_timeout
         self.secure_rounds: dict[int, SecureRound] = {}
+        self.secure_epoch: KeyEpoch | None = None  # the key epoch the next secure round may continue
         self.evaluations: dict[int, dict[str, float | int]] = {}
         self.method_metrics: dict[int, dict[str, float]] = {}
         self.traffic: dict[int, RoundTraffic] = {}
@@ -379,11 +380,13 @@ class TopicStrategy(Strategy):
 
     def _secure_setup(self, server_round: int, nodes: list[int], grid: Grid) -> dict[int, dict[str, ConfigRecord]]:
         """The secure sum's key and share stages; the round record each remaining node's message carries."""
-        secure = SecureRound(grid, nodes, self.secure, server_round, self.round_timeout)
+        secure = SecureRound(grid, nodes, self.secure, server_round, self.round_timeout, epoch=self.secure_epoch)
         self.secure_rounds = {server_round: secure}  # only the current round's keys and ciphertexts are kept
         try:
             records = secure.setup()
+            self.secure_epoch = secure.epoch
         except SecureRoundFailed as exc:
+            self.secure_epoch = None
             log(WARNING, "%s; no training message is sent this round", exc)
             records = {}
         finally:
