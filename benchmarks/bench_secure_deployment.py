@@ -33,7 +33,9 @@ sys.path.insert(0, str(ROOT))
 from flower_topics.run.config import parse_run_config  # noqa: E402
 from flower_topics.data.prepare import synthetic_config  # noqa: E402
 from flower_topics.data.synthetic import make_synthetic_corpus  # noqa: E402
-from flower_topics.simulations.local_superlink import # noqa: E402     process_tree, submit, superlink, supernode, wait_for_run, write_connection
+from flower_topics.simulations.local_superlink import (  # noqa: E402
+    submit, superlink, supernode, wait_for_run, write_connection)
+from flower_topics.simulations.processes import process_tree  # noqa: E402
 from process_memory import resident_bytes
 
 

@@ -146,6 +146,14 @@ SMALL = {
 }
 
 
+def _similarity_to_truth(model, truth: np.ndarray, words) -> np.ndarray:
+    """Bhattacharyya coefficients of the model's topics (rows) against the true topics (columns), over its words."""
+    column = {w: j for j, w in enumerate(words)}
+    true_phi = truth[:, [column[w] for w in model.vocabulary]]
+    true_phi /= true_phi.sum(axis=1, keepdims=True)
+    return np.sqrt(model.topic_word) @ np.sqrt(true_phi).T
+
+
 def test_a_seeded_run_puts_each_seeded_topic_first_in_file_order(tmp_path):
     """Seeds from two true topics of a synthetic corpus, listed in the order (4, 1): the model's topics 0 and
     1 are those true topics, and its model file's topic_word is the seeded prior over its final counts."""
@@ -154,10 +162,7 @@ def test_a_seeded_run_puts_each_seeded_topic_first_in_file_order(tmp_path):
     config = {**SMALL, "seed-words": _file(tmp_path, "\n".join(lines) + "\n"), "seed-weight": 20.0,
               "output-dir": str(tmp_path / "run")}
     model = run_server(LoopbackGrid(make_client_app(config), 3, config), config)
-    column = {w: j for j, w in enumerate(words)}
-    true_phi = truth[:, [column[w] for w in model.vocabulary]]
-    true_phi /= true_phi.sum(axis=1, keepdims=True)
-    similarity = np.sqrt(model.topic_word) @ np.sqrt(true_phi).T  # Bhattacharyya coefficients
+    similarity = _similarity_to_truth(model, truth, words)
     assert similarity[0].argmax() == 4 and similarity[1].argmax() == 1
     assert similarity[0, 4] > 0.8 and similarity[1, 1] > 0.8
     counts = np.load(tmp_path / "run" / "state.npz")[wire.COUNTS_KEY]
@@ -193,10 +198,7 @@ def test_a_seeded_fedlda_run_puts_the_seeded_topics_first(tmp_path):
               "output-dir": str(tmp_path / "run")}
     config.pop("lda.local-sweeps")
     model = run_server(LoopbackGrid(make_client_app(config), 3, config), config)
-    column = {w: j for j, w in enumerate(words)}
-    true_phi = truth[:, [column[w] for w in model.vocabulary]]
-    true_phi /= true_phi.sum(axis=1, keepdims=True)
-    similarity = np.sqrt(model.topic_word) @ np.sqrt(true_phi).T
+    similarity = _similarity_to_truth(model, truth, words)
     assert similarity[0].argmax() == 4 and similarity[1].argmax() == 1
 
 
@@ -224,8 +226,5 @@ def test_a_seeded_pctd_run_puts_the_seeded_topics_first(tmp_path):
               "pctd.consistency": 0.0, "num-rounds": 10, "seed-words": _file(tmp_path, "\n".join(lines) + "\n"),
               "seed-weight": 200.0, "output-dir": str(tmp_path / "run")}
     model = run_server(LoopbackGrid(make_client_app(config), 3, config), config)
-    column = {w: j for j, w in enumerate(words)}
-    true_phi = truth[:, [column[w] for w in model.vocabulary]]
-    true_phi /= true_phi.sum(axis=1, keepdims=True)
-    similarity = np.sqrt(model.topic_word) @ np.sqrt(true_phi).T
+    similarity = _similarity_to_truth(model, truth, words)
     assert similarity[0].argmax() == 4 and similarity[1].argmax() == 1
