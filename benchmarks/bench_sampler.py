@@ -30,11 +30,18 @@ import tempfile
 import time
 from pathlib import Path
 
-import tomotopy as tp
-
 from benchmark_data import DATASETS
 from flower_topics.data import load_corpus
 from flower_topics.models.lda import CollapsedGibbs, choose_kernel
+
+
+def tomotopy():
+    """tomotopy, imported when a run needs it (``--help`` does not): the ``bench`` extra."""
+    try:
+        import tomotopy as tp
+    except ModuleNotFoundError:
+        raise SystemExit("this benchmark runs tomotopy: pip install -e '.[bench]'") from None
+    return tp
 
 ALPHA, BETA = 0.1, 0.01
 
@@ -71,6 +78,7 @@ class Tomotopy:
     """tomotopy's LDAModel on the same documents, one worker."""
 
     def __init__(self, corpus, k: int, seed: int) -> None:
+        tp = tomotopy()
         self.name = f"tomotopy {tp.__version__}"
         self.model = tp.LDAModel(k=k, alpha=ALPHA, eta=BETA, seed=seed)
         for d in range(corpus.n_docs):
@@ -119,6 +127,7 @@ def main() -> None:
                         help="also time the sampler of this git revision (before / after in one run)")
     parser.add_argument("--json", help="also write the numbers to this file")
     args = parser.parse_args()
+    tp = tomotopy()
     baseline = load_baseline(args.baseline) if args.baseline else None
     results = []
     print(f"tomotopy {tp.__version__} ({tp.isa}), one core; best / median Mtok/s over {args.repeats} repeats")

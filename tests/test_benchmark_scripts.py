@@ -1,7 +1,9 @@
 """Every benchmark script the docs' figures come from is valid Python and answers ``--help``.
 
 Benchmarks are commands, not tests, so nothing else runs them; a broken import in one would
-otherwise surface only when someone reproduces a figure.
+otherwise surface only when someone reproduces a figure. ``--help`` needs only the ``test``
+extra: a script that runs an optional library (tomotopy, the ``bench`` extra) imports it when it
+runs.
 """
 
 from __future__ import annotations
