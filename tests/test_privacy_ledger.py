@@ -210,6 +210,9 @@ def test_a_hostile_server_starting_runs_until_the_cap_and_one_more_is_refused(tm
     assert len(errors) == 2 and all("past the lifetime cap" in r.error.reason for r in errors)
     assert all(r.error.reason.startswith("dplda: privacy-ledger") for r in errors)
     assert sum("past the lifetime cap" in line for line in party.lines) == 2  # one line per party
+    # the cap, the spend of other runs and the ledger's path stay on the party: its log line has them, its reply not
+    assert all("spent so far" not in r.error.reason and "ledger-" not in r.error.reason for r in errors)
+    assert all("spent so far" in line for line in party.lines if "past the lifetime cap" in line)
     assert not any(r.has_content() and "update" in r.content for r in party.replies)  # nothing released
     for i in range(2):
         book = read_ledger(tmp_path / f"ledger-{i}.json")

@@ -374,7 +374,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
                 return reply
             except UserInputError as exc:
                 log(ERROR, "flower-topics: %s: %s", name, exc)
-                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {exc}"), reply_to=msg)
+                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {exc.reply}"), reply_to=msg)
             finally:
                 message_timing.record(name, started)
 

@@ -394,7 +394,9 @@ def record(path: str | os.PathLike[str], entries: Sequence[Entry], *, epsilon: f
                 raise UserInputError(
                     f"privacy-ledger {path}: this release would take these documents to eps {after:.4g} per document "
                     f"at delta {delta:g} over all runs, past the lifetime cap {epsilon:g} (spent so far: eps "
-                    f"{before:.4g}); refused")
+                    f"{before:.4g}); refused",
+                    reply="privacy-ledger: this release would take this party's documents past the lifetime cap; "
+                          "refused")  # the cap and the spend of other runs stay on the party
             if new or (ledger.epsilon, ledger.delta) != (epsilon, delta):
                 write_ledger(path, Ledger((*ledger.entries, *new), epsilon, delta))
             return after
