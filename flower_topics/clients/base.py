@@ -43,6 +43,15 @@ def unaccounted(settings: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] |
     return None
 
 
+def plain_prevalence(theta: np.ndarray, index: np.ndarray, n_periods: int, settings: ConfigRecord, state: Any,
+                     seed: int) -> tuple[np.ndarray, tuple[Release, ...] | None]:
+    """The default :attr:`LocalStep.prevalence`: the exact table of summed topic shares, with no document-level
+    accounting (a method without a privacy mechanism releases its prevalence as it releases its rounds)."""
+    from flower_topics.metrics.prevalence import period_totals
+
+    return period_totals(theta, index, n_periods)[0], None
+
+
 @dataclass(frozen=True)
 class LocalStep:
     """A method's party side.
@@ -67,12 +76,21 @@ class LocalStep:
         None when the release has no document-level accounting. A party that keeps a privacy ledger
         (node config ``privacy-ledger``) records these before the reply leaves, and refuses a round whose
         release is not accounted.
+    prevalence : callable, default the exact table
+        ``prevalence(theta, index, n_periods, settings, state, seed) -> (table, releases or None)``: what
+        leaves the party of its topic prevalence (:mod:`flower_topics.federation.party_prevalence`), given
+        its dated documents' topic shares (``D x K``), each one's period position and the request's
+        settings; ``table`` is ``K x T`` (an integer table is sent as it is under secure aggregation, a real
+        one in the request's units). A method with a mechanism adds its noise here, checks its own budget
+        and may update ``state``.
     """
 
     state: type
     run: Callable[[ArrayRecord, ConfigRecord, Corpus, Any, int], Update]
     secure_headroom: Callable[[Corpus, ConfigRecord], str | None] = no_secure_limit
     accounted: Callable[[ConfigRecord, Corpus], tuple[Release, ...] | None] = unaccounted
+    prevalence: Callable[[np.ndarray, np.ndarray, int, ConfigRecord, Any, int],
+                         tuple[np.ndarray, tuple[Release, ...] | None]] = plain_prevalence
 
     def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int) -> Update:
         """One round (:attr:`run`), refused in one line before anything is computed when it is a secure-sum

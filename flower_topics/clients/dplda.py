@@ -63,9 +63,12 @@ class DPLDAClientState:
     ----------
     releases : np.ndarray
         ``n x 2``: the noise multiplier and sampling rate of each release it made.
+    prevalence : int
+        1 once it released its topic prevalence in this run (there is one such release a run).
     """
 
     releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    prevalence: int = 0
 
 
 def check_lambda(lam: np.ndarray, settings: wire.DPLDASettings, n_words: int) -> np.ndarray:
@@ -160,6 +163,18 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
     return spent if spent > limit else None
 
 
+def _limits(config: ConfigRecord, settings: wire.DPLDASettings) -> tuple[float, float, float]:
+    """What this party's vocabulary release spent (eps, delta) and its cap: the run's target, or its node
+    config's ``max-epsilon`` when lower."""
+    before_eps, before_delta = float(config.get(PARTY_BEFORE_EPSILON, 0.0)), float(config.get(PARTY_BEFORE_DELTA, 0.0))
+    cap = settings.epsilon if float(config.get(PARTY_CAP, 0.0)) <= 0 else min(settings.epsilon,
+                                                                                float(config[PARTY_CAP]))
+    if before_delta >= settings.delta:
+        raise UserInputError(f"the vocabulary release spent delta {before_delta:g}, the run's target is "
+                             f"{settings.delta:g}")
+    return before_eps, before_delta, cap
+
+
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: DPLDAClientState,
                seed: int) -> Update:
     """One round of ``dplda``: the noisy statistic of this party's Poisson sample, nothing else."""
@@ -169,13 +184,10 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     if expected < 1.0:
         raise UserInputError(f"this party has {corpus.n_docs} training documents: with sample rate "
                              f"{settings.sample_rate:g} a round samples {expected:.2f} on average (< 1)")
-    before_eps, before_delta = float(config.get(PARTY_BEFORE_EPSILON, 0.0)), float(config.get(PARTY_BEFORE_DELTA, 0.0))
-    cap = settings.epsilon if float(config.get(PARTY_CAP, 0.0)) <= 0 else min(settings.epsilon,
-                                                                                float(config[PARTY_CAP]))
+    before_eps, before_delta, cap = _limits(config, settings)
     releases = np.vstack([state.releases, [[settings.noise_multiplier, settings.sample_rate]]])
-    if before_delta >= settings.delta:
-        raise UserInputError(f"the vocabulary release spent delta {before_delta:g}, the run's target is "
-                             f"{settings.delta:g}")
+    if state.prevalence:
+        raise UserInputError("this party released its topic prevalence, the run's last release: it trains no more")
     if settings.secure and NOISE_SHARE not in config:
         raise UserInputError("dplda with secure aggregation: the training message carries no secure-sum round "
                              "(this party will not send an unmasked statistic with a share of the noise)")
@@ -212,5 +224,75 @@ def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...]:
     return (Release("gaussian", settings.noise_multiplier, settings.sample_rate),)
 
 
+def integer_shares(theta: np.ndarray, units: float, rng: np.random.Generator) -> np.ndarray:
+    """Each document's topic shares in integer units under secure aggregation: ``theta x units``, each cell rounded
+    up with probability its fractional part, else down; a row whose rounded L2 norm exceeds ``units`` is rounded
+    down instead, so that every row keeps L2 norm at most ``units`` (as :func:`flower_topics.models.svi.e_step`
+    encodes a round's statistic)."""
+    scaled = np.asarray(theta, dtype=np.float64) * units
+    low = np.floor(scaled)
+    up = low + (rng.random(scaled.shape) < scaled - low)
+    within = np.sqrt(np.einsum("ij,ij->i", up, up)) <= units
+    return np.where(within[:, None], up, low).astype(np.int64)
+
+
+def prevalence_release(theta: np.ndarray, index: np.ndarray, n_periods: int, config: ConfigRecord,
+                       state: DPLDAClientState, seed: int) -> tuple[np.ndarray, tuple[Release, ...]]:
+    """``dplda``'s prevalence release: the table of summed topic shares plus the party's noise, once a run.
+
+    Adding or removing one document changes one period's column by its topic shares, whose L2 norm is at
+    most 1: the party adds ``N(0, sigma_p^2)`` to every cell, or under secure aggregation encodes each
+    document's shares in the rounds' integer units (:func:`integer_shares`, L2 at most ``C x quantum``) and
+    adds its share of ``Sk((sigma_p C quantum)^2)``. The party composes it with every release it made in the
+    run, in the run's accountant, and refuses it over the target or its cap.
+
+    Raises
+    ------
+    UserInputError
+        A request without noise, a second release, or one that would spend over the cap (one line).
+    """
+    from flower_topics.metrics.prevalence import period_totals
+
+    settings = wire.DPLDASettings.from_record(config)
+    sigma = float(config.get(wire.PREVALENCE_NOISE, 0.0))
+    if not sigma > 0:
+        raise UserInputError("dplda: the prevalence request carries no noise; this party sends no exact table")
+    if state.prevalence:
+        raise UserInputError("dplda: this party already released its topic prevalence in this run")
+    if settings.secure and NOISE_SHARE not in config:
+        raise UserInputError("dplda with secure aggregation: the prevalence request carries no secure-sum round")
+    before_eps, before_delta, cap = _limits(config, settings)
+    accountant = wire.accountant(settings)
+    accountant.spend(before_eps, before_delta)
+    made, counts = np.unique(state.releases, axis=0, return_counts=True)
+    for (made_sigma, rate), count in zip(made, counts):
+        accountant.step(noise_multiplier=float(made_sigma), sample_rate=float(rate), steps=int(count))
+    accountant.step(noise_multiplier=sigma, sample_rate=1.0)
+    spent = accountant.get_epsilon(settings.delta)
+    if spent > cap * (1.0 + 1e-9):
+        raise UserInputError(f"the prevalence release would take the party to eps {spent:.4g} per document, over its "
+                             f"cap {cap:g} (after {len(state.releases)} round releases); it is not sent")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases), PREVALENCE_STREAM]))
+    if settings.secure:
+        units = settings.sensitivity_units
+        table = period_totals(integer_shares(theta, units, rng), index, n_periods)[0].astype(np.int64)
+        variance = float(config[NOISE_SHARE]) * (sigma * units) ** 2
+        largest = units * theta.shape[0] + 40 * np.sqrt(variance) + 100
+        if largest > int(config[ENTRY_LIMIT]):
+            raise UserInputError(f"secure sum: an entry of this party's prevalence table could reach {largest:.3g}, "
+                                 f"over {config[ENTRY_LIMIT]}; use a larger secure-aggregation-bits")
+        noisy, release = table + skellam_noise(table.shape, variance, rng), Release("skellam", sigma, 1.0,
+                                                                                   sensitivity=units)
+    else:
+        table = period_totals(theta, index, n_periods)[0]
+        noisy, release = table + rng.normal(0.0, sigma, size=table.shape), Release("gaussian", sigma, 1.0)
+    state.prevalence = 1
+    return noisy, (release,)
+
+
+#: Mixed into the prevalence release's randomness: a stream no round's seed takes.
+PREVALENCE_STREAM = 0x70726576
+
 #: The party side of ``dplda``.
-STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom, accounted=accounted)
+STEP = LocalStep(state=DPLDAClientState, run=local_step, secure_headroom=_secure_headroom, accounted=accounted,
+                 prevalence=prevalence_release)

@@ -66,6 +66,8 @@ NODE_OPTIONS: Mapping[str, Option] = {
                            at_least(1)),
     "theta-out": Option("", "a CSV path on this party: its documents' topic mixtures under the global model, written "
                         "at each federated evaluation (the last is the final model) and never sent ('' = off)"),
+    "prevalence-out": Option("", "a CSV path on this party: its own exact topic prevalence by period (a run with "
+                             "prevalence-period), written before its table is released and never sent ('' = off)"),
     "state-dir": Option("", "a directory on this party where it keeps its state after every message, so that a "
                         "SuperNode restarted with the same identity rejoins its run (flower_topics.federation.party_state; "
                         "'' = in memory only)"),

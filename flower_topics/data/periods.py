@@ -20,6 +20,9 @@ from flower_topics.errors import UserInputError
 #: The periods a prevalence table can be cut by.
 PERIODS = ("year", "quarter", "month")
 
+#: The most periods a run's grid may hold.
+MAX_PERIODS = 1200
+
 _YEAR = re.compile(r"^\d{4}$")
 _YEAR_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -98,3 +101,32 @@ def document_periods(values: Sequence[str | None], period: str, *, source: str =
     position_of = {label: i for i, label in enumerate(ordered)}
     codes = np.array([-1 if label is None else position_of[label] for label in labels], dtype=np.int64)
     return ordered, codes[inverse.ravel()] if len(texts) else np.zeros(0, dtype=np.int64)
+
+
+def period_grid(start: str, end: str, period: str) -> tuple[str, ...]:
+    """Every period from the one holding date ``start`` to the one holding ``end``, in time order.
+
+    Raises
+    ------
+    UserInputError
+        When a bound is not a date, ``end`` comes before ``start``, or the grid would hold more than
+        :data:`MAX_PERIODS` periods.
+    """
+    if period not in PERIODS:
+        raise UserInputError(f"prevalence-period must be one of {', '.join(PERIODS)}, got {period!r}")
+    bounds = []
+    for name, value in (("prevalence-from", start), ("prevalence-to", end)):
+        try:
+            bounds.append(_year_month(str(value).strip()))
+        except ValueError:
+            raise UserInputError(f"{name} {value!r} is not a date (YYYY, YYYY-MM or an ISO 8601 date)") from None
+    step = {"year": 12, "quarter": 3, "month": 1}[period]
+    first = bounds[0][0] * 12 + (bounds[0][1] - 1) // step * step
+    last = bounds[1][0] * 12 + bounds[1][1] - 1
+    if last < first:
+        raise UserInputError(f"prevalence-to {end!r} comes before prevalence-from {start!r}")
+    months = range(first, last + 1, step)
+    if len(months) > MAX_PERIODS:
+        raise UserInputError(f"prevalence-from {start!r} to prevalence-to {end!r} spans {len(months)} {period}s, "
+                             f"more than {MAX_PERIODS}: use a longer prevalence-period or a shorter range")
+    return tuple(period_label(m // 12, m % 12 + 1, period) for m in months)

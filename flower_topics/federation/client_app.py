@@ -213,8 +213,9 @@ def party_options(spec: MethodSpec, node_config: Mapping[str, Any]) -> dict[str,
     return party
 
 
-def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """Run ``spec``'s local step on this node's training documents, keep its state, and reply with its update."""
+def party_settings(spec: MethodSpec, msg: Message, context: Context) -> ConfigRecord:
+    """The message's settings with what the party adds of its own (``party.*``): its node options for ``spec``,
+    what its vocabulary release spent, and in a secure-sum round its share of the noise and its range."""
     party = {f"party.{key}": value for key, value in party_options(spec, context.node_config).items()}
     if SPENT_STATE in context.state.config_records:  # what this party's own vocabulary release spent
         spent = context.state[SPENT_STATE]
@@ -224,7 +225,13 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
         from flower_topics.secure_sum import party as secure_party
 
         party.update(secure_party.round_facts(context.state, int(secure["round"])))
-    settings = ConfigRecord({**dict(msg.content[CONFIG]), **party})
+    return ConfigRecord({**dict(msg.content[CONFIG]), **party})
+
+
+def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """Run ``spec``'s local step on this node's training documents, keep its state, and reply with its update."""
+    settings = party_settings(spec, msg, context)
+    secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
     corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
     step = spec.local_step()
     state_name = f"{spec.name}-state"
@@ -345,6 +352,27 @@ def score_model_keeping_theta(msg: Message, context: Context, config: Mapping[st
     return reply
 
 
+def send_prevalence(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
+    """The stage after the last round: this party's topic prevalence by period, under its method's release rule
+    (:mod:`flower_topics.federation.party_prevalence`); the method's local state (its releases) is kept."""
+    from flower_topics.federation import party_prevalence
+
+    if VOCABULARY_STATE not in context.state.config_records:
+        raise UserInputError("prevalence: this node has no agreed vocabulary (it did not take part in the run)")
+    spec = METHODS.get(str(msg.content[CONFIG]["method"]))
+    if spec is None:
+        raise UserInputError(f"prevalence: unknown method {str(msg.content[CONFIG]['method'])!r}")
+    documents = node_documents(context, config)
+    state_name = f"{spec.name}-state"
+    state = load_state(context, state_name, spec.local_step().state())
+    seed = party_seed(context, config, private=spec.private)
+    with message_timing.stage("compute"):
+        reply, state = party_prevalence.answer(msg, context, config, documents, party_settings(spec, msg, context),
+                                               state, seed)
+    save_state(context, state_name, state)
+    return reply
+
+
 def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp with a ``train.<method>`` handler for every registered method.
 
@@ -386,6 +414,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     client.query("secure_sum")(handler("secure sum", secure_sum_stage, keeps_state=False))
     client.query("vocabulary")(handler("vocabulary agreement", accept_vocabulary))
     client.evaluate()(handler("evaluation", score_model_keeping_theta))
+    client.query("prevalence")(handler("prevalence", send_prevalence))
     return client
 
 

@@ -33,6 +33,9 @@ from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.run.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.federation.grids import prompt
+from flower_topics.federation.prevalence_stage import check_prevalence_config, collect_prevalence
+from flower_topics.run.prevalence_outputs import write_prevalence
+from flower_topics.run.report_page import topic_labels
 from flower_topics.strategies.base import TopicStrategy
 
 
@@ -100,6 +103,9 @@ class RoundRecorder:
         if self.agreement.mode == "union":
             report = report.without_document_guarantee(
                 "the union vocabulary agreement (each party's words with their document frequencies)")
+        if self.strategy.prevalence_parties and not self.strategy.prevalence_settings():
+            report = report.without_document_guarantee(
+                "the topic-prevalence release (each party's summed topic shares per period, without noise)")
         return report
 
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
@@ -182,6 +188,8 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_vocabulary(agreement.vocabulary)
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
+    if str(config["prevalence-period"]):  # refused before round 1, not after the last
+        check_prevalence_config(config, noisy=bool(strategy.prevalence_settings()))
     absorbed: list[str] = []  # lost releases the strategy's state counts (never counted twice)
     checkpoints = CheckpointWriter(outputs.directory, config, agreement)
     if checkpoint is None:
@@ -229,6 +237,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         raise RuntimeError("no round produced a model: every client reply failed (see the log above)")
     final_arrays = result.arrays if result.arrays else latest[0]
     model = recorder.model(final_arrays)
+    prevalence = collect_prevalence(grid, config, strategy, model.topic_word, agreement.vocabulary, timeout)
     model = TopicModel(
         model.topic_word,
         model.vocabulary,
@@ -240,6 +249,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
             "vocabulary_agreement": agreement.summary(),
             "wall_time": time.time() - recorder.started,
             "engine": "flower",
+            **({} if prevalence is None else {"prevalence": prevalence.summary()}),
             **({} if checkpoint is None else {"resumed": {
                 "from": str(config["resume"]), "after_round": start_round, "lost_releases": checkpoint.lost_releases,
                 "seconds_to_restore": recorder.restore_seconds, "seconds_to_resume": recorder.resume_seconds}}),
@@ -248,6 +258,12 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_model(model)
     outputs.write_state({key: array.numpy() for key, array in final_arrays.items()})
     outputs.plot()
+    if prevalence is not None:
+        written = write_prevalence(outputs.directory, prevalence, topic_labels(model))
+        console.say("flower-topics: topic prevalence over %d period(s) from %d part(y/ies)%s: %s",
+                    len(prevalence.table.periods), prevalence.parties,
+                    f" (noise sd {prevalence.noise_std:.3g} a cell)" if prevalence.noise_std else "",
+                    ", ".join(str(p) for p in written))
     for line in console.summary_lines(
             method=config.method, topics=model.top_words(10), asked_topics=config.num_topics,
             last=recorder.last, privacy=recorder.privacy().summary(), directory=str(outputs.directory),

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
+from flower_topics.data.periods import PERIODS, period_grid
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, get_method
 from flower_topics.models.seed_words import SEED_WEIGHT
@@ -148,6 +149,15 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
                           "dump) and the package's information lines; default: one line a round and a summary"),
         "federated-eval": Option(True, "score the model on the parties' documents every eval-every rounds "
                                  "(what this releases: docs/privacy.md)"),
+        # --- topic prevalence (docs/topics-in-use.md)
+        "prevalence-period": Option("", "after the last round every party folds its dated documents (date-column) in "
+                                    "on its host and sends its summed topic shares per period: year, quarter or "
+                                    "month ('' = off); prevalence.csv and prevalence.png", one_of("", *PERIODS)),
+        "prevalence-from": Option("", "prevalence: the first date of the public periods (with prevalence-to; needed "
+                                  "under secure aggregation and for dplda; '' = the parties' own periods)"),
+        "prevalence-to": Option("", "prevalence: the last date of the public periods"),
+        "prevalence-by-party": Option(False, "prevalence: also keep each party's own table "
+                                      "(prevalence-by-party.csv; not with secure aggregation)"),
     }
 )
 
@@ -262,8 +272,27 @@ def _check_consistency(config: dict[str, ConfigValue]) -> None:
         raise UserInputError("run-config synthetic-doc-min-length must be <= synthetic-doc-max-length")
     if config["synthetic-shared-topics"] > config["synthetic-topics"]:
         raise UserInputError("run-config synthetic-shared-topics must be <= synthetic-topics")
+    if str(config["prevalence-period"]):
+        _check_prevalence(config)
     if config["partition"] == "sizes" and not str(config["partition-sizes"]).strip():
         raise UserInputError("partition='sizes' needs partition-sizes, e.g. partition-sizes='85,165,252'")
+
+
+def _check_prevalence(config: Mapping[str, ConfigValue]) -> None:
+    """The prevalence keys that can be refused from the run config alone: from and to together and a valid grid,
+    and per-party tables or the parties' own periods only without secure aggregation."""
+    start, end = str(config["prevalence-from"]).strip(), str(config["prevalence-to"]).strip()
+    if bool(start) != bool(end):
+        raise UserInputError("prevalence-from and prevalence-to go together (e.g. prevalence-from='2015' "
+                             "prevalence-to='2024')")
+    if start:
+        period_grid(start, end, str(config["prevalence-period"]))
+    if config["secure-aggregation"] and config["prevalence-by-party"]:
+        raise UserInputError("prevalence-by-party sends each party's own table to the server: it cannot go with "
+                             "secure aggregation")
+    if config["secure-aggregation"] and not start:
+        raise UserInputError("prevalence under secure aggregation needs public periods: set prevalence-from and "
+                             "prevalence-to (the first and last date of the periods, e.g. '2015-01' and '2024-12')")
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, str]:

@@ -219,6 +219,7 @@ class TopicStrategy(Strategy):
         self.traffic: dict[int, RoundTraffic] = {}
         self.last_applied: dict[int, int] = {}
         self.excluded: dict[int, str] = {}
+        self.prevalence_parties = 0  # parties asked for their topic prevalence after the last round
         self._connected: set[int] = set()
         self._current: ArrayRecord | None = None
         self._eval_phi: np.ndarray | None = None
@@ -294,6 +295,19 @@ class TopicStrategy(Strategy):
             return None
         return ("federated evaluation (each party's held-out log-likelihood sums and the co-document counts of the "
                 "top words, sent without noise; federated-eval=false turns it off)")
+
+    def prevalence_settings(self) -> dict[str, Any]:
+        """What the prevalence request carries of the method's release rule, beside the periods and the fold-in
+        (:mod:`flower_topics.wire.prevalence`); empty (the default): the parties send their exact tables."""
+        return {}
+
+    def prevalence_released(self, parties: int) -> None:
+        """Record that ``parties`` were asked for their topic prevalence (a release of their documents)."""
+        self.prevalence_parties = parties
+
+    def prevalence_noise_variance(self, parties: int) -> float:
+        """The noise variance in each cell of the summed prevalence table of ``parties`` (0: none, the default)."""
+        return 0.0
 
     # ------------------------------------------------------------ resume hooks (flower_topics.run.checkpoint)
     def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -55,6 +55,7 @@ from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAcco
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import dplda as wire
+from flower_topics.wire.prevalence import UNITS as PREVALENCE_UNITS
 from flower_topics.wire.protocol import ReplySpec
 
 TRUST_MODEL = ("every party adds the full noise to its own release: the guarantee holds against the server and "
@@ -221,6 +222,9 @@ class DPLDA(TopicStrategy):
     public_weight : float or None (default: None)
         Pseudo-counts per topic of the public start; None: the public corpus' evidence
         (:func:`public_start` with ``mass=None``).
+    prevalence_noise : float (default: 0.0)
+        The noise multiplier of the prevalence release after the last round (0: the run has none;
+        :func:`flower_topics.wire.dplda.prevalence_noise`); ``sigma`` of ``settings`` was calibrated with it.
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed``, ``evaluation`` of
         :class:`TopicStrategy`; the seed also draws the initial ``lambda``.
@@ -232,7 +236,8 @@ class DPLDA(TopicStrategy):
                  eta: float = 0.01, tau0: float = 1.0, kappa: float = 0.7, threshold: float = 0.0,
                  background: float = 0.2, init: str = "embedding",
                  public_corpus: Corpus | Callable[[], Corpus] | None = None,
-                 public_source: str = "", public_weight: float | None = None, **federation: Any) -> None:
+                 public_source: str = "", public_weight: float | None = None, prevalence_noise: float = 0.0,
+                 **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:
             raise ValueError("background must be in [0, 1)")
@@ -242,6 +247,7 @@ class DPLDA(TopicStrategy):
         self.init = init
         self.public_corpus, self.public_source = public_corpus, public_source or "dplda.public-corpus"
         self.public_weight = public_weight
+        self.prevalence_noise = prevalence_noise
         self.updates = 0
         self._lambda_sent: tuple[ArrayRecord, ArrayRecord] | None = None  # a global state, what nodes receive of it
 
@@ -255,7 +261,7 @@ class DPLDA(TopicStrategy):
                    init=str(config["dplda.init"]), public_corpus=public_corpus(config),
                    public_source=str(config["dplda.public-corpus"]),
                    public_weight=float(config["dplda.public-weight"]) or None,
-                   **cls.federation_options(config))
+                   prevalence_noise=wire.prevalence_noise(config), **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
         """The public initial ``lambda`` (no noise yet), from the vocabulary (and the public corpus) and the run
@@ -323,6 +329,19 @@ class DPLDA(TopicStrategy):
         self.updates += 1
         return model_record(average, variance), {"step-size": rho, "noise-std": float(np.sqrt(variance))}
 
+    def prevalence_settings(self) -> dict[str, Any]:
+        """The round settings and the prevalence release's noise multiplier (and, under secure aggregation, its
+        integer units: the rounds' ``C x quantum``, so that one accountant composes both)."""
+        units = {PREVALENCE_UNITS: self.dplda.sensitivity_units} if self.secure is not None else {}
+        return {**self.dplda.to_record(), wire.PREVALENCE_NOISE: self.prevalence_noise, **units}
+
+    def prevalence_noise_variance(self, parties: int) -> float:
+        """Each party adds ``N(0, sigma_p^2)`` to every cell (a document's shares have L2 norm at most 1), or under
+        secure aggregation its share ``1 / (n - T)`` of it, in topic shares."""
+        if self.secure is None:
+            return parties * self.prevalence_noise ** 2
+        return parties * self.prevalence_noise ** 2 / self.secure.threshold(max(self.prevalence_parties, parties))
+
     def rounds_released(self) -> int:
         """Rounds in which parties were asked to release (a party asked counts, whether or not it replied)."""
         return sum(1 for t in self.traffic.values() if t.nodes_sampled)
@@ -340,7 +359,8 @@ class DPLDA(TopicStrategy):
         eps_rounds, delta_rounds = self.budget.for_rounds()
         sigma, q = self.dplda.noise_multiplier, self.dplda.sample_rate
         rounds = self.rounds_released()
-        epsilon = wire.rounds_epsilon(self.dplda, rounds, delta_rounds)
+        prevalence = self.prevalence_noise if self.prevalence_parties else 0.0
+        epsilon = wire.rounds_epsilon(self.dplda, rounds, delta_rounds, prevalence)
         trust = TRUST_MODEL if self.secure is None else SECURE_TRUST_MODEL
         mechanism = ("Poisson-subsampled Gaussian on clipped expected counts (DP-SVI, Park et al. 2016)"
                      if self.secure is None else
@@ -356,8 +376,10 @@ class DPLDA(TopicStrategy):
         evaluation = self.unaccounted_evaluation()  # refused by the run config; a strategy built by hand may have it
         document: dict[str, Any] = (
             dict(document_epsilon=epsilon, document_delta=delta_rounds,
-                 document_guarantee=f"every training round ({'PLD' if self.secure is None else 'RDP'}) and, composed in by the ServerApp, the vocabulary "
-                                    f"agreement when it is 'private'; {trust}") if evaluation is None else
+                 document_guarantee=f"every training round ({'PLD' if self.secure is None else 'RDP'})"
+                                    f"{', the topic-prevalence release' if prevalence else ''} and, composed in by "
+                                    f"the ServerApp, the vocabulary agreement when it is 'private'; {trust}")
+            if evaluation is None else
             dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps {epsilon:.4g}, "
                                     f"delta {delta_rounds:g} per document)"))
         return PrivacyReport(
@@ -377,5 +399,7 @@ class DPLDA(TopicStrategy):
                      "target_epsilon": self.budget.epsilon, "target_delta": self.budget.delta,
                      "training_epsilon_budget": eps_rounds, "trust_model": trust,
                      "composed": "vocabulary agreement (basic composition) + training rounds "
-                                 f"({'PLD' if self.secure is None else 'RDP'}); no federated evaluation"},
+                                 f"{'+ the topic-prevalence release ' if prevalence else ''}"
+                                 f"({'PLD' if self.secure is None else 'RDP'}); no federated evaluation",
+                     **({"prevalence_noise_multiplier": prevalence} if prevalence else {})},
         )

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from flower_topics.privacy.ledger import Release
 
 METHOD = "dplda"
+#: The prevalence request's noise multiplier (:func:`prevalence_noise`).
+PREVALENCE_NOISE = "dplda.prevalence-noise"
 #: Its reply is a sum (of clipped per-document statistics plus noise): it can go through secure aggregation,
 #: which makes the noise a shared Skellam noise (:mod:`flower_topics.privacy.skellam_mechanism`).
 SECURE_SUM = True
@@ -62,6 +64,10 @@ OPTIONS: Mapping[str, Option] = {
     "public-weight": Option(0.0, "pseudo-counts per topic of the public start (0 = the public corpus' evidence: its "
                             "documents' expected counts against its topics, clipped to dplda.clip as a party's)",
                             at_least(0)),
+    "prevalence-share": Option(0.1, "topic prevalence (prevalence-period): the share of dplda.epsilon its one "
+                               "Gaussian release is calibrated to on its own; the rounds' noise is then the least "
+                               "whose composition with it meets the whole-run target", in_range(0, 1, low_open=True,
+                                                                                                 high_open=True)),
     "e-step-iterations": Option(50, "most gamma iterations of a party's E-step", at_least(1)),
     "quantum": Option(256.0, "secure aggregation: integer units per expected count (each document's clipped "
                       "statistic is scaled by it and randomly rounded down or up, keeping its norm within C)",
@@ -170,6 +176,9 @@ def check_config(config: Mapping[str, Any]) -> None:
         raise UserInputError("dplda: federated-eval=true would release the parties' evaluation sums outside the "
                              "accountant; set federated-eval=false and score the final model with "
                              "`flower-topics evaluate` on documents you may use")
+    if str(config.get("prevalence-period", "")) and not str(config["prevalence-from"]).strip():
+        raise UserInputError("dplda: prevalence adds noise to every period's cell, so the periods must be public: "
+                             "set prevalence-from and prevalence-to (e.g. '2015-01' and '2024-12')")
     from flower_topics.data.readers import FORMATS_HINT, expand_path, path_exists
 
     public = str(config["dplda.public-corpus"])
@@ -194,15 +203,31 @@ def budget(config: Mapping[str, Any]) -> "Budget":
 
 
 def noise_multiplier(config: Mapping[str, Any]) -> float:
-    """``sigma`` that spends what the vocabulary leaves of the target over ``num-rounds`` rounds.
+    """``sigma`` that spends what the vocabulary leaves of the target over ``num-rounds`` rounds, composed with the
+    prevalence release (:func:`prevalence_noise`) when the run asks for one.
 
     Raises
     ------
     UserInputError
         When the target cannot be reached (one line).
     """
-    units = float(config["dplda.clip"]) * float(config["dplda.quantum"]) if bool(config["secure-aggregation"]) else 0.0
-    return _calibrate(*budget(config).for_rounds(), float(config["dplda.sample-rate"]), int(config["num-rounds"]), units)
+    return _calibrate(*budget(config).for_rounds(), float(config["dplda.sample-rate"]), int(config["num-rounds"]),
+                      _units(config), prevalence_noise(config))
+
+
+def prevalence_noise(config: Mapping[str, Any]) -> float:
+    """The noise multiplier of the prevalence release (0 without ``prevalence-period``): one Gaussian (Skellam under
+    secure aggregation) of a table to which a document adds its topic shares (L2 norm at most 1, in one period),
+    calibrated to ``dplda.prevalence-share`` of what the vocabulary leaves of the target, on its own."""
+    if not str(config.get("prevalence-period", "")):
+        return 0.0
+    epsilon, delta = budget(config).for_rounds()
+    return _calibrate(epsilon * float(config["dplda.prevalence-share"]), delta, 1.0, 1, _units(config), 0.0)
+
+
+def _units(config: Mapping[str, Any]) -> float:
+    """The sensitivity in integer units under secure aggregation (``C x quantum``), else 0."""
+    return float(config["dplda.clip"]) * float(config["dplda.quantum"]) if bool(config["secure-aggregation"]) else 0.0
 
 
 def _backend(units: float) -> tuple[str, dict[str, float]]:
@@ -220,18 +245,23 @@ def accountant(settings: DPLDASettings) -> "Accountant":
 
 
 @functools.lru_cache(maxsize=32)
-def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int, units: float) -> float:
+def _calibrate(epsilon: float, delta: float, sample_rate: float, rounds: int, units: float,
+               prevalence: float) -> float:
     from flower_topics.privacy.accountants import get_noise_multiplier
 
     name, options = _backend(units)
+    also = ((prevalence, 1.0, 1),) if prevalence else ()
     return get_noise_multiplier(name, target_epsilon=epsilon, target_delta=delta, sample_rate=sample_rate,
-                                steps=rounds, **options)
+                                steps=rounds, also=also, **options)
 
 
-def rounds_epsilon(settings: DPLDASettings, rounds: int, delta: float) -> float:
-    """Epsilon at ``delta`` of ``rounds`` releases with these settings (:func:`accountant`)."""
+def rounds_epsilon(settings: DPLDASettings, rounds: int, delta: float, prevalence: float = 0.0) -> float:
+    """Epsilon at ``delta`` of ``rounds`` releases with these settings (:func:`accountant`), and of the prevalence
+    release at noise multiplier ``prevalence`` when it is > 0."""
     spent = accountant(settings)
     spent.step(noise_multiplier=settings.noise_multiplier, sample_rate=settings.sample_rate, steps=rounds)
+    if prevalence:
+        spent.step(noise_multiplier=prevalence, sample_rate=1.0)
     return spent.get_epsilon(delta)
 
 
@@ -251,6 +281,9 @@ def planned_releases(config: Mapping[str, Any]) -> tuple[Release, ...]:
     mechanism = "skellam" if run.secure else "gaussian"
     planned = [Release(mechanism, run.noise_multiplier, run.sample_rate, steps=rounds,
                        sensitivity=run.sensitivity_units if run.secure else 0.0)]
+    if prevalence_noise(config):
+        planned.append(Release(mechanism, prevalence_noise(config), 1.0,
+                               sensitivity=run.sensitivity_units if run.secure else 0.0))
     if str(config["vocabulary"]) == "private":
         planned.append(Release(APPROX_DP, epsilon=float(config["vocabulary-epsilon"]),
                                delta=float(config["vocabulary-delta"])))

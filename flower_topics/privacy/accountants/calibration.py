@@ -51,7 +51,8 @@ def smallest_noise(epsilon_of: Callable[[float], float], target: float, *, ceili
 
 
 def get_noise_multiplier(mechanism: str, *, target_epsilon: float, target_delta: float, sample_rate: float,
-                         steps: int, precision: float = 1e-3, **options: Any) -> float:
+                         steps: int, precision: float = 1e-3, also: tuple[tuple[float, float, int], ...] = (),
+                         **options: Any) -> float:
     """The smallest ``sigma`` (to ``precision``, relative) whose ``steps`` releases at sample rate ``q`` spend at
     most ``target_epsilon`` at ``target_delta`` in the accountant registered as ``mechanism``.
 
@@ -72,6 +73,10 @@ def get_noise_multiplier(mechanism: str, *, target_epsilon: float, target_delta:
         Releases, >= 1.
     precision : float, default 1e-3
         Relative width of the final bracket.
+    also : tuple of (sigma, q, steps), default none
+        Other releases of the same documents at a noise already fixed, composed in by the same
+        accountant: the multiplier found is the smallest whose releases *and* these spend at most
+        the target.
     **options
         The back-end's own settings.
 
@@ -88,11 +93,14 @@ def get_noise_multiplier(mechanism: str, *, target_epsilon: float, target_delta:
     def epsilon_of(sigma: float) -> float:
         accountant = create_accountant(mechanism, **options)
         accountant.step(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
+        for fixed_sigma, fixed_rate, fixed_steps in also:
+            accountant.step(noise_multiplier=fixed_sigma, sample_rate=fixed_rate, steps=fixed_steps)
         return accountant.get_epsilon(target_delta)
 
     sigma = smallest_noise(epsilon_of, target_epsilon, ceiling=backend.noise_ceiling, floor=backend.noise_floor,
                            precision=precision)
     if sigma is None:
         raise UserInputError(f"no noise level reaches eps {target_epsilon:g} at delta {target_delta:g} with q "
-                             f"{sample_rate:g} over {steps} rounds ({backend.description})")
+                             f"{sample_rate:g} over {steps} rounds{' and the other releases' if also else ''} "
+                             f"({backend.description})")
     return sigma
