@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
+from flower_topics.data.readers import DATE_COLUMN_HELP
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, get_method
 from flower_topics.models.seed_words import SEED_WEIGHT
@@ -69,6 +70,7 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         ),
         "text-column": Option("text", "text column of a .jsonl/.csv corpus"),
         "label-column": Option("label", "label column of a .jsonl/.csv corpus (optional in the file)"),
+        "date-column": Option("", DATE_COLUMN_HELP),
         "lowercase": Option(True, "lowercase raw text before tokenizing"),
         "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
         "min-df": Option(2.0, "drop words in fewer documents (count >= 1, or fraction < 1)", _min_df),
