@@ -172,7 +172,7 @@ def test_csv_with_embedded_newlines_quotes_and_commas_round_trips(texts, labels)
     with Scratch() as tmp:
         path = tmp / "quoted.csv"
         path.write_bytes(buffer.getvalue().encode("utf-8"))
-        got_texts, got_labels = read_csv(path, text_column="text", label_column="label")
+        got_texts, got_labels, _ = read_csv(path, text_column="text", label_column="label")
     assert got_texts == texts and got_labels == labels[: len(texts)]
 
 

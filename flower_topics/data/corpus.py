@@ -40,6 +40,10 @@ class Corpus:
         ``bool`` per token, True where a sentence begins (always at a document's
         first token), for raw-text corpora; None when the corpus has no sentences
         (OCTIS and synthetic corpora).
+    dates : np.ndarray or None
+        Each document's date as read (a string, ``""`` for a document without one,
+        see :mod:`flower_topics.data.periods`), or None when the corpus was read
+        without a ``date-column``.
     """
 
     tokens: np.ndarray
@@ -48,6 +52,7 @@ class Corpus:
     labels: np.ndarray | None = None
     split: np.ndarray | None = None
     sentence_start: np.ndarray | None = None
+    dates: np.ndarray | None = None
     _word_index: dict[str, int] = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     #: Forms derived from the documents that a method keeps for the corpus' lifetime (:func:`derived`).
     _derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -64,7 +69,12 @@ class Corpus:
             raise ValueError("doc_ptr must be non-decreasing")
         if tokens.size and (tokens.min() < 0 or tokens.max() >= len(self.vocabulary)):
             raise ValueError("token ids must lie in [0, len(vocabulary))")
-        for name in ("labels", "split"):
+        if self.dates is not None:
+            dates = np.asarray(self.dates, dtype=object)
+            if dates.ndim == 1 and dates.size:  # None (no date) becomes "", as the readers write it
+                dates = np.where(dates == None, "", dates)  # elementwise on an object array
+            object.__setattr__(self, "dates", dates)
+        for name in ("labels", "split", "dates"):
             value = getattr(self, name)
             if value is not None:
                 value = np.asarray(value, dtype=object)
@@ -170,6 +180,7 @@ class Corpus:
             labels=None if self.labels is None else self.labels[idx],
             split=None if self.split is None else self.split[idx],
             sentence_start=None if self.sentence_start is None else self.sentence_start[token_pos],
+            dates=None if self.dates is None else self.dates[idx],
         )
 
     def select_split(self, *names: str) -> "Corpus":
@@ -188,8 +199,9 @@ class Corpus:
         vocabulary: Sequence[str],
         labels: Sequence[str] | None = None,
         split: Sequence[str] | None = None,
+        dates: Sequence[str | None] | None = None,
     ) -> "Corpus":
-        """Build a corpus from per-document token id lists."""
+        """Build a corpus from per-document token id lists (``labels``, ``split`` and ``dates``: one per document)."""
         lengths = np.fromiter((len(d) for d in documents), dtype=np.int64, count=len(documents))
         doc_ptr = np.zeros(len(documents) + 1, dtype=np.int64)
         np.cumsum(lengths, out=doc_ptr[1:])
@@ -204,4 +216,5 @@ class Corpus:
             vocabulary=tuple(vocabulary),
             labels=None if labels is None else np.asarray(labels, dtype=object),
             split=None if split is None else np.asarray(split, dtype=object),
+            dates=None if dates is None else np.asarray(dates, dtype=object),
         )

@@ -8,10 +8,10 @@ once into a cache file, and every process then memory-maps that file and materia
 only the documents it needs (:meth:`CachedCorpus.subset`: one party's share).
 
 A cache file holds the corpus exactly as :func:`~flower_topics.data.readers.load_corpus`
-returns it for the reading options (``text-column``, ``label-column``, ``lowercase``,
-``stopwords``; every word kept, no document-frequency filter): token ids in the smallest
-unsigned integer type that holds the vocabulary's size, document offsets in the smallest
-that holds the number of tokens, the vocabulary, the labels, the split an OCTIS folder
+returns it for the reading options (``text-column``, ``label-column``, ``date-column``,
+``lowercase``, ``stopwords``; every word kept, no document-frequency filter): token ids in the
+smallest unsigned integer type that holds the vocabulary's size, document offsets in the smallest
+that holds the number of tokens, the vocabulary, the labels, the dates, the split an OCTIS folder
 carries and where sentences start. The seeded train/val/test split and the partition are
 not stored: they are drawn from the run's seed over the cached documents, as before.
 
@@ -70,14 +70,23 @@ logger = logging.getLogger("flower_topics")
 #: Environment variable naming the cache folder (``off``: no cache).
 CACHE_ENV = "FLOWER_TOPICS_CACHE_DIR"
 #: Bumped whenever the file layout or what the reader produces changes: older files are rebuilt.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MAGIC = b"FTCORPUS"
 #: Corpus sources (all their files together) larger than this are preprocessed in a child process.
 CHILD_BUILD_BYTES = 8 << 20
 _ALIGN = 64
 _PREFIX = len(MAGIC) + 8
 #: The reading options a cached corpus depends on (node config or run config keys).
-READING_KEYS = ("text-column", "label-column", "lowercase", "stopwords")
+READING_KEYS = ("text-column", "label-column", "date-column", "lowercase", "stopwords")
+#: Reading options a mapping may leave out, with the value that stands for them (no dates).
+OPTIONAL_READING: Mapping[str, Any] = {"date-column": ""}
+
+
+def reading_options(reading: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`READING_KEYS` of ``reading``, an option of :data:`OPTIONAL_READING` it leaves out at its
+    default (KeyError for another missing key)."""
+    return {key: reading[key] if key in reading or key not in OPTIONAL_READING else OPTIONAL_READING[key]
+            for key in READING_KEYS}
 
 
 def cache_dir() -> Path | None:
@@ -100,8 +109,10 @@ def preprocess_config(reading: Mapping[str, Any]) -> PreprocessConfig:
 
 
 def read_source(path: str | os.PathLike[str], reading: Mapping[str, Any]) -> Corpus:
-    """The corpus at ``path`` over its own words, read with the reading options (no cache)."""
+    """The corpus at ``path`` over its own words, read with the reading options (no cache; see
+    :func:`reading_options`)."""
     return load_corpus(path, text_column=str(reading["text-column"]), label_column=str(reading["label-column"]),
+                       date_column=str(reading_options(reading)["date-column"]),
                        preprocess_config=preprocess_config(reading))
 
 
@@ -134,7 +145,7 @@ def source_identity(path: str | os.PathLike[str]) -> list[list[Any]]:
 
 def cache_key(path: str | os.PathLike[str], reading: Mapping[str, Any]) -> str:
     """What names a cache file: the format version, the source's absolute path and the reading options."""
-    options = {key: reading[key] for key in READING_KEYS}
+    options = reading_options(reading)
     return json.dumps([FORMAT_VERSION, str(expand_path(path).resolve()), options], sort_keys=True)
 
 
@@ -163,6 +174,8 @@ class CachedCorpus:
         ``bool`` per token (read-only map), or None.
     curated : bool
         The vocabulary is a curated list (an OCTIS folder's).
+    dates : np.ndarray or None
+        Date of each document as read (object array of str, ``""``: none), or None.
     """
 
     tokens: np.ndarray
@@ -172,6 +185,7 @@ class CachedCorpus:
     split: np.ndarray | None
     sentence_start: np.ndarray | None
     curated: bool
+    dates: np.ndarray | None = None
 
     @property
     def n_docs(self) -> int:
@@ -210,6 +224,7 @@ class CachedCorpus:
             labels=None if self.labels is None else self.labels[idx],
             split=None if split is None else split[idx],
             sentence_start=None if self.sentence_start is None else np.array(self.sentence_start[token_pos]),
+            dates=None if self.dates is None else self.dates[idx],
         )
 
     def corpus(self, split: np.ndarray | None = None) -> Corpus:
@@ -218,7 +233,8 @@ class CachedCorpus:
         return Corpus(tokens=np.asarray(self.tokens, dtype=np.int32), doc_ptr=self.doc_ptr.copy(),
                       vocabulary=self.vocabulary, labels=None if self.labels is None else self.labels.copy(),
                       split=None if split is None else split.copy(),
-                      sentence_start=None if self.sentence_start is None else np.array(self.sentence_start))
+                      sentence_start=None if self.sentence_start is None else np.array(self.sentence_start),
+                      dates=None if self.dates is None else self.dates.copy())
 
 
 def _strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -267,10 +283,12 @@ def write_cache(path: Path, corpus: Corpus, *, curated: bool, identity: list[lis
         "doc_ptr": _smallest(corpus.doc_ptr, corpus.n_tokens),
     }
     arrays["vocabulary"], arrays["vocabulary_offsets"] = _strings(corpus.vocabulary)
-    if corpus.labels is not None:
-        names, codes = np.unique(np.asarray([str(x) for x in corpus.labels], dtype=str), return_inverse=True)
-        arrays["label_names"], arrays["label_name_offsets"] = _strings(names.tolist())
-        arrays["labels"] = _smallest(codes.ravel(), len(names))
+    for field in ("labels", "dates"):  # each distinct string once, and a code per document
+        values = getattr(corpus, field)
+        if values is not None:
+            names, codes = np.unique(np.asarray([str(x) for x in values], dtype=str), return_inverse=True)
+            arrays[f"{field[:-1]}_names"], arrays[f"{field[:-1]}_name_offsets"] = _strings(names.tolist())
+            arrays[field] = _smallest(codes.ravel(), len(names))
     if corpus.split is not None:
         code = {name: i for i, name in enumerate(SPLITS)}
         arrays["split"] = np.fromiter((code[s] for s in corpus.split), dtype=np.uint8, count=corpus.n_docs)
@@ -350,10 +368,13 @@ def open_cache(path: Path, *, identity: list[list[Any]], key: str) -> tuple[Cach
             dtype = np.dtype(dtype)
             count = int(np.prod(shape, dtype=np.int64))
             arrays[name] = data[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
-        labels = split = None
+        labels = split = dates = None
         if "labels" in arrays:
             names = np.asarray(_unstrings(arrays["label_names"], arrays["label_name_offsets"]), dtype=object)
             labels = names[arrays["labels"]]
+        if "dates" in arrays:
+            names = np.asarray(_unstrings(arrays["date_names"], arrays["date_name_offsets"]), dtype=object)
+            dates = names[arrays["dates"]]
         if "split" in arrays:
             split = np.asarray(SPLITS, dtype=object)[arrays["split"]]
         return CachedCorpus(
@@ -364,6 +385,7 @@ def open_cache(path: Path, *, identity: list[list[Any]], key: str) -> tuple[Cach
             split=split,
             sentence_start=arrays["sentence_start"].view(bool) if "sentence_start" in arrays else None,
             curated=bool(header["curated"]),
+            dates=dates,
         ), ""
     except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError):
         return None, DAMAGED
@@ -378,7 +400,7 @@ def build(path: str | os.PathLike[str], reading: Mapping[str, Any], target: Path
 
 def _build_in_child(path: str, reading: Mapping[str, Any], target: Path) -> None:
     """:func:`build` in a child Python process; its UserInputError raised here as one line."""
-    request = json.dumps({"path": path, "reading": {k: reading[k] for k in READING_KEYS}, "target": str(target)})
+    request = json.dumps({"path": path, "reading": reading_options(reading), "target": str(target)})
     done = subprocess.run([sys.executable, "-m", "flower_topics.data.corpus_cache", request], capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
                               str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))})

@@ -44,7 +44,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.data.corpus_cache import READING_KEYS, CachedCorpus, cached_corpus, preprocess_config
 from flower_topics.data.partition import parse_sizes, partition_documents
 from flower_topics.data.prepare import synthetic_config
-from flower_topics.data.readers import expand_path, load_corpus, path_exists
+from flower_topics.data.readers import DATE_COLUMN_HELP, expand_path, load_corpus, path_exists
 from flower_topics.data.splits import ensure_split
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.data.synthetic import make_synthetic_corpus
@@ -57,6 +57,7 @@ NODE_OPTIONS: Mapping[str, Option] = {
     "dataset": Option("", "this party's corpus: OCTIS folder, .jsonl, .csv or folder of .txt files"),
     "text-column": Option("text", "text column of a .jsonl/.csv corpus"),
     "label-column": Option("label", "label column of a .jsonl/.csv corpus (optional in the file)"),
+    "date-column": Option("", DATE_COLUMN_HELP),
     "lowercase": Option(True, "lowercase raw text before tokenizing"),
     "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
     "secret-seed": Option(-1, "a secret seed for this party's privacy randomness, mixed with a nonce drawn from OS "
@@ -176,7 +177,8 @@ class NodeDocuments:
             starts[doc_ptr[:-1][np.diff(doc_ptr) > 0]] = True
         return Corpus(tokens=ids[keep_token], doc_ptr=doc_ptr, vocabulary=tuple(vocabulary),
                       labels=None if self.corpus.labels is None else self.corpus.labels[keep_doc],
-                      split=self.corpus.split[keep_doc], sentence_start=starts)
+                      split=self.corpus.split[keep_doc], sentence_start=starts,
+                      dates=None if self.corpus.dates is None else self.corpus.dates[keep_doc])
 
 
 def node_options(node_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -363,7 +365,7 @@ def _read(path: str, reading: tuple[tuple[str, Any], ...], seed: int, heldout: f
                              ".csv or folder of .txt files")
     options = dict(reading)
     corpus = load_corpus(path, text_column=str(options["text-column"]), label_column=str(options["label-column"]),
-                         preprocess_config=preprocess_config(options))
+                         date_column=str(options["date-column"]), preprocess_config=preprocess_config(options))
     curated = corpus.split is not None  # an OCTIS folder: its vocabulary.txt and its split
     return ensure_split(corpus, seed=seed, ratios=split_ratios(heldout)), curated
 

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from flower_topics.errors import UserInputError
+from flower_topics.options import shown
 
 #: The periods a prevalence table can be cut by.
 PERIODS = ("year", "quarter", "month")
@@ -95,7 +96,7 @@ def document_periods(values: Sequence[str | None], period: str, *, source: str =
         except ValueError:
             first = int(np.flatnonzero(inverse == position)[0])
             line = lines[first] if lines is not None else first + 1
-            raise UserInputError(f"{source}, line {line}: {column} {value!r} is not a date (YYYY, YYYY-MM or an "
+            raise UserInputError(f"{source}, line {line}: {column} {shown(value, 60)} is not a date (YYYY, YYYY-MM or an "
                                  "ISO 8601 date)") from None
     ordered = tuple(sorted({label for label in labels if label is not None}))
     position_of = {label: i for i, label in enumerate(ordered)}

@@ -89,7 +89,7 @@ def load_run_data(config: Mapping[str, object]) -> RunData:
 def is_data_key(key: str) -> bool:
     """Whether a run-config key changes the corpus (its documents, vocabulary or split)."""
     return key in {
-        "dataset", "text-column", "label-column", "lowercase", "stopwords", "min-df", "max-df",
+        "dataset", "text-column", "label-column", "date-column", "lowercase", "stopwords", "min-df", "max-df",
         "max-vocab", "min-doc-length", "seed", "heldout-fraction",
     } or key.startswith("synthetic-")
 
@@ -112,6 +112,7 @@ def _load_cached(items: tuple[tuple[str, object], ...]) -> RunData:
         path,
         text_column=str(config["text-column"]),
         label_column=str(config["label-column"]),
+        date_column=str(config.get("date-column", "")),
         preprocess_config=preprocess_config(config),
     )
     return RunData(corpus=ensure_split(corpus, seed=seed))

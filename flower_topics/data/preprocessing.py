@@ -169,6 +169,7 @@ def preprocess(
     texts: Sequence[str],
     config: PreprocessConfig,
     labels: Sequence[str] | None = None,
+    dates: Sequence[str | None] | None = None,
 ) -> tuple[Corpus, PreprocessReport]:
     """Tokenize raw texts and build a corpus over an alphabetically sorted vocabulary.
 
@@ -189,6 +190,8 @@ def preprocess(
         Tokenization and filtering options.
     labels : sequence of str, optional
         One label per text; kept for the surviving documents.
+    dates : sequence of str, optional
+        One date string per text (``""`` or None: no date); kept for the surviving documents.
 
     Returns
     -------
@@ -206,6 +209,8 @@ def preprocess(
     n_input = len(texts)
     if labels is not None and len(labels) != n_input:
         raise ValueError(f"got {len(labels)} labels for {n_input} texts")
+    if dates is not None and len(dates) != n_input:
+        raise ValueError(f"got {len(dates)} dates for {n_input} texts")
     for d, text in enumerate(texts):
         if not isinstance(text, str):
             raise UserInputError(f"document {d} is {type(text).__name__}, not text; every document needs a text string")
@@ -261,6 +266,7 @@ def preprocess(
         vocabulary=tuple(words[i] for i in order),
         labels=None if labels is None else np.asarray([str(x) for x in labels], dtype=object)[keep_doc],
         sentence_start=sentence_start,
+        dates=None if dates is None else np.asarray(["" if x is None else str(x) for x in dates], dtype=object)[keep_doc],
     )
     report = PreprocessReport(
         n_input_docs=n_input,

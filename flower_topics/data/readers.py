@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from flower_topics.data.corpus import SPLITS, Corpus
+from flower_topics.data.periods import document_periods
 from flower_topics.data.preprocessing import PreprocessConfig, preprocess
 from flower_topics.errors import UserInputError
 from flower_topics.options import shown
@@ -25,6 +26,9 @@ logger = logging.getLogger("flower_topics")
 
 OCTIS_CORPUS = "corpus.tsv"
 OCTIS_VOCABULARY = "vocabulary.txt"
+#: What the ``date-column`` reading option does (node config and run config).
+DATE_COLUMN_HELP = ("date column of a .jsonl/.csv corpus, for topic prevalence over time: YYYY, YYYY-MM or an ISO "
+                    "8601 date; a blank or missing value = no date ('' = read no dates)")
 FORMATS_HINT = "an OCTIS folder (corpus.tsv + vocabulary.txt), a .jsonl file, a .csv file or a folder of .txt files"
 
 
@@ -33,6 +37,7 @@ def load_corpus(
     *,
     text_column: str = "text",
     label_column: str = "label",
+    date_column: str = "",
     preprocess_config: PreprocessConfig | None = None,
 ) -> Corpus:
     """Read a corpus, detecting its format from ``path``.
@@ -45,9 +50,9 @@ def load_corpus(
       missing from the vocabulary are dropped, and so are documents left empty. The
       partition column becomes ``split`` and the label column ``labels``.
     - a ``.jsonl`` file: one JSON object per line, the text under ``text_column`` and
-      optionally a label under ``label_column``.
+      optionally a label under ``label_column`` and a date under ``date_column``.
     - a ``.csv`` file with a header row naming ``text_column`` and optionally
-      ``label_column``.
+      ``label_column`` and ``date_column``.
     - a folder of ``.txt`` files (searched recursively), one document each; when the
       files sit in subfolders, the subfolder path (relative to ``path``) is the label.
 
@@ -60,19 +65,24 @@ def load_corpus(
     label_column : str
         Field holding the label (``.jsonl`` and ``.csv``); when no row has it the
         corpus has no labels.
+    date_column : str
+        Field holding each document's date (``.jsonl`` and ``.csv``; see :func:`read_jsonl`),
+        kept as ``Corpus.dates``; ``""`` (the default) reads no dates.
     preprocess_config : PreprocessConfig, optional
         Preprocessing of raw text formats; ``PreprocessConfig()`` when omitted.
 
     Returns
     -------
     Corpus
-        The documents, with labels when the source has them, and a split for OCTIS.
+        The documents, with labels when the source has them, dates when ``date_column``
+        is set, and a split for OCTIS.
 
     Raises
     ------
     UserInputError
         If the path does not exist, its format is unknown, or its content is malformed
-        or empty.
+        or empty; if ``date_column`` is set for a format without columns, no document has
+        it, or a value is not a date.
     """
     path = expand_path(path)
     if not path_exists(path):
@@ -80,20 +90,25 @@ def load_corpus(
     if path.is_file() and path.name == OCTIS_CORPUS:
         path = path.parent
     if path.is_dir() and (path / OCTIS_CORPUS).is_file():
+        _no_dates(path, "an OCTIS folder", date_column)
         return read_octis(path)
     if not path.is_dir() and not path.is_file():  # a FIFO or a device (a link to /dev/zero) would never end
         raise UserInputError(f"corpus {path} is not a regular file or a folder; pass {FORMATS_HINT}")
     config = preprocess_config or PreprocessConfig()
+    dates = None
     if path.is_dir():
+        _no_dates(path, "a folder of .txt files", date_column)
         texts, labels = read_text_folder(path)
     elif path.suffix.lower() == ".jsonl":
-        texts, labels = read_jsonl(path, text_column=text_column, label_column=label_column)
+        texts, labels, dates = read_jsonl(path, text_column=text_column, label_column=label_column,
+                                          date_column=date_column)
     elif path.suffix.lower() == ".csv":
-        texts, labels = read_csv(path, text_column=text_column, label_column=label_column)
+        texts, labels, dates = read_csv(path, text_column=text_column, label_column=label_column,
+                                        date_column=date_column)
     else:
         raise UserInputError(f"corpus {str(path)!r} has an unknown format; pass {FORMATS_HINT}")
     try:
-        corpus, report = preprocess(texts, config, labels=labels)
+        corpus, report = preprocess(texts, config, labels=labels, dates=dates)
     except UserInputError as exc:  # say which file: "no documents after preprocessing" alone names none
         raise UserInputError(f"corpus {path}: {exc}") from None
     logger.info(
@@ -201,9 +216,9 @@ def read_octis(folder: str | os.PathLike[str]) -> Corpus:
 
 
 def read_jsonl(
-    path: str | os.PathLike[str], *, text_column: str, label_column: str
-) -> tuple[list[str], list[str] | None]:
-    """Texts and labels of a JSON-lines file.
+    path: str | os.PathLike[str], *, text_column: str, label_column: str, date_column: str = ""
+) -> tuple[list[str], list[str] | None, list[str] | None]:
+    """Texts, labels and dates of a JSON-lines file.
 
     Parameters
     ----------
@@ -211,12 +226,26 @@ def read_jsonl(
         The ``.jsonl`` file; blank lines are skipped.
     text_column, label_column : str
         Keys of the text and the label in each object.
+    date_column : str
+        Key of each document's date; ``""`` reads no dates. A value is kept as a string (a
+        JSON number ``2024`` is ``"2024"``); an object without the key, or with null or a
+        blank string, has no date (``""``). The dates are checked here (each must be one
+        :func:`~flower_topics.data.periods.document_periods` reads), so a bad one is refused
+        with its line.
 
     Returns
     -------
     texts : list of str
     labels : list of str or None
         None when no object has ``label_column``.
+    dates : list of str or None
+        One per text (``""``: no date); None when ``date_column`` is ``""``.
+
+    Raises
+    ------
+    UserInputError
+        For a malformed file, a missing text, or a ``date_column`` that no object has or
+        whose value on some line is not a date.
     """
     path = Path(path)
     records: list[tuple[int, dict]] = []
@@ -254,9 +283,10 @@ def read_jsonl(
             raise UserInputError(f"{path} line {number}: {text_column!r} is {type(text).__name__}, not text")
         _check_encodable(path, number, text_column, text)
         texts.append(text)
+    dates = _jsonl_dates(path, records, date_column) if date_column else None
     has_label = [record.get(label_column) is not None for _, record in records]
     if not any(has_label):
-        return texts, None
+        return texts, None, dates
     if not all(has_label):
         number = records[has_label.index(False)][0]
         raise UserInputError(
@@ -266,13 +296,41 @@ def read_jsonl(
     labels = [str(record[label_column]) for _, record in records]
     for (number, _), label in zip(records, labels):
         _check_encodable(path, number, label_column, label)
-    return texts, labels
+    return texts, labels, dates
+
+
+def _jsonl_dates(path: Path, records: list[tuple[int, dict]], date_column: str) -> list[str]:
+    """Each record's ``date_column`` value as a string (``""`` without one), checked to be a date."""
+    if not any(date_column in record for _, record in records):
+        fields = dict.fromkeys(key for _, record in records for key in record)
+        raise UserInputError(f"{path} has no {shown(date_column, 60)} field on any line (fields: {_names(fields)}); "
+                             "set date-column to the field holding each document's date, or '' for none")
+    dates = [_date_text(record.get(date_column)) for _, record in records]
+    _check_dates(path, dates, date_column, [number for number, _ in records])
+    return dates
+
+
+def _date_text(value: object) -> str:
+    """A date field's value as a string: ``""`` for null or a blank string, a JSON number as written."""
+    return "" if value is None else str(value).strip()
+
+
+def _check_dates(path: Path, dates: list[str], date_column: str, lines: list[int]) -> None:
+    """A UserInputError naming the first line whose date is not one :func:`document_periods` reads."""
+    document_periods(dates, "month", source=str(path), column=date_column, lines=lines)
+
+
+def _no_dates(path: Path, kind: str, date_column: str) -> None:
+    """A UserInputError when ``date_column`` is set for a corpus format without columns."""
+    if date_column:
+        raise UserInputError(f"corpus {path} is {kind}, which has no {shown(date_column, 60)} column; date-column "
+                             "applies to .jsonl and .csv corpora: set it to '' for this one")
 
 
 def read_csv(
-    path: str | os.PathLike[str], *, text_column: str, label_column: str
-) -> tuple[list[str], list[str] | None]:
-    """Texts and labels of a CSV file with a header row.
+    path: str | os.PathLike[str], *, text_column: str, label_column: str, date_column: str = ""
+) -> tuple[list[str], list[str] | None, list[str] | None]:
+    """Texts, labels and dates of a CSV file with a header row.
 
     Parameters
     ----------
@@ -280,12 +338,17 @@ def read_csv(
         The ``.csv`` file.
     text_column, label_column : str
         Header names of the text and the label columns; the label column is optional.
+    date_column : str
+        Header name of the date column; ``""`` reads no dates. A blank cell is no date
+        (``""``); the other values are checked as in :func:`read_jsonl`.
 
     Returns
     -------
     texts : list of str
     labels : list of str or None
         None when the header has no ``label_column``.
+    dates : list of str or None
+        One per text (``""``: no date); None when ``date_column`` is ``""``.
     """
     path = Path(path)
     limit = csv.field_size_limit()
@@ -293,7 +356,10 @@ def read_csv(
     try:  # streamed: a large file is held once, as rows
         with open(path, encoding="utf-8-sig", newline="") as fh:
             reader = csv.reader(_without_nul(path, fh), strict=True)
-            rows = list(reader)
+            rows, ends = [], []  # ends: the line each row ends on (a quoted field may hold newlines)
+            for row in reader:
+                rows.append(row)
+                ends.append(reader.line_num)
     except csv.Error as exc:
         raise UserInputError(
             f"{path} is not valid CSV (line {reader.line_num}: {exc}); quote fields that hold commas, quotes or "
@@ -322,7 +388,10 @@ def read_csv(
             f"{path} has no {text_column!r} column (columns: {_names(header)}); "
             "set text-column to the column holding the text"
         )
-    body = []
+    if date_column and date_column not in header:
+        raise UserInputError(f"{path} has no {shown(date_column, 60)} column (columns: {_names(header)}); "
+                             "set date-column to the column holding each document's date, or '' for none")
+    body, lines = [], []
     for number, row in enumerate(rows[1:], start=2):
         if not row:
             continue
@@ -331,14 +400,20 @@ def read_csv(
                 f"{path} row {number} has {len(row)} fields but the header has {len(header)}; quote texts with commas"
             )
         body.append(row)
+        lines.append(ends[number - 2] + 1)  # the line the row starts on: the one after the previous row's end
     if not body:
         raise UserInputError(f"{path} has a header but no rows; add one row per document")
     text_at = header.index(text_column)
     texts = [row[text_at] for row in body]
+    dates = None
+    if date_column:
+        date_at = header.index(date_column)
+        dates = [row[date_at].strip() for row in body]
+        _check_dates(path, dates, date_column, lines)
     if label_column not in header:
-        return texts, None
+        return texts, None, dates
     label_at = header.index(label_column)
-    return texts, [row[label_at] for row in body]
+    return texts, [row[label_at] for row in body], dates
 
 
 def read_text_folder(folder: str | os.PathLike[str]) -> tuple[list[str], list[str] | None]:

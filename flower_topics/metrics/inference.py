@@ -181,6 +181,7 @@ def align_corpus(corpus: Corpus, vocabulary: Sequence[str]) -> tuple[Corpus, int
         vocabulary=vocabulary,
         labels=corpus.labels,
         split=corpus.split,
+        dates=corpus.dates,
     )
     return aligned, int(corpus.n_tokens - aligned.n_tokens)
 

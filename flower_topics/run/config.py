@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
 from flower_topics.data.periods import PERIODS, period_grid
+from flower_topics.data.readers import DATE_COLUMN_HELP
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, get_method
 from flower_topics.models.seed_words import SEED_WEIGHT
@@ -70,6 +71,7 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         ),
         "text-column": Option("text", "text column of a .jsonl/.csv corpus"),
         "label-column": Option("label", "label column of a .jsonl/.csv corpus (optional in the file)"),
+        "date-column": Option("", DATE_COLUMN_HELP),
         "lowercase": Option(True, "lowercase raw text before tokenizing"),
         "stopwords": Option("english", "stopword list for raw text: english or none", one_of("english", "none")),
         "min-df": Option(2.0, "drop words in fewer documents (count >= 1, or fraction < 1)", _min_df),

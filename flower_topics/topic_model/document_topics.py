@@ -67,11 +67,15 @@ class DocumentCounts:
         ``(D, V)`` counts of the model's words.
     n_oov : np.ndarray
         ``int64``: each document's tokens that are not in the model's vocabulary.
+    dates : np.ndarray or None
+        Each document's date as read (object array of str, ``""``: no date), for the same
+        documents as ``ids``; None when the documents were read without a date column.
     """
 
     ids: tuple[str, ...]
     counts: sp.csr_matrix
     n_oov: np.ndarray
+    dates: np.ndarray | None = None
 
     @property
     def n_words(self) -> np.ndarray:
@@ -216,7 +220,8 @@ def count_corpus(corpus: Any, vocabulary: Sequence[str]) -> DocumentCounts:
                            shape=(corpus.n_docs, len(vocabulary)))
     counts.sum_duplicates()
     n_oov = np.bincount(doc_ids[~known], minlength=corpus.n_docs).astype(np.int64)
-    return DocumentCounts(tuple(str(i) for i in range(corpus.n_docs)), counts, n_oov)
+    return DocumentCounts(tuple(str(i) for i in range(corpus.n_docs)), counts, n_oov,
+                          None if corpus.dates is None else np.asarray(corpus.dates, dtype=object))
 
 
 def _count(token_lists: Sequence[Sequence[str]], column: Mapping[str, int], n_words: int
@@ -234,7 +239,8 @@ def _count(token_lists: Sequence[Sequence[str]], column: Mapping[str, int], n_wo
 
 
 def read_documents(path: str | os.PathLike[str], vocabulary: Sequence[str], *, text_column: str = "text",
-                   id_column: str = "id", lowercase: bool = True, stopwords: str | None = "english") -> DocumentCounts:
+                   id_column: str = "id", lowercase: bool = True, stopwords: str | None = "english",
+                   date_column: str = "") -> DocumentCounts:
     """Every document of a corpus file, counted over ``vocabulary`` (see the module docstring).
 
     Parameters
@@ -252,11 +258,16 @@ def read_documents(path: str | os.PathLike[str], vocabulary: Sequence[str], *, t
         path relative to the folder; in an OCTIS corpus its line index.
     lowercase, stopwords
         The run's reading options (:func:`reading_options`).
+    date_column : str
+        Field of each document's date in a ``.jsonl`` / ``.csv`` file (read and checked as
+        :func:`flower_topics.data.readers.read_jsonl` does), kept as ``DocumentCounts.dates``;
+        ``""`` (the default) reads none. Refused for an OCTIS folder or a folder of ``.txt`` files.
 
     Raises
     ------
     UserInputError
-        For a missing, unreadable or malformed corpus.
+        For a missing, unreadable or malformed corpus, or a date column that no document has
+        or with a value that is not a date.
     """
     from flower_topics.data import readers
 
@@ -266,19 +277,24 @@ def read_documents(path: str | os.PathLike[str], vocabulary: Sequence[str], *, t
     if path.is_file() and path.name == readers.OCTIS_CORPUS:
         path = path.parent
     if path.is_dir() and (path / readers.OCTIS_CORPUS).is_file():
+        readers._no_dates(path, "an OCTIS folder", date_column)
         lines = readers._lines(readers._read_text(path / readers.OCTIS_CORPUS))
         counts, n_oov = count_tokens([line.split("\t")[0].split() for line in lines], vocabulary)
         return DocumentCounts(tuple(str(i) for i in range(len(lines))), counts, n_oov)
     suffix = path.suffix.lower()
+    dates = None
     if path.is_dir():
+        readers._no_dates(path, "a folder of .txt files", date_column)
         texts, _ = readers.read_text_folder(path)
         ids = [p.relative_to(path).as_posix() for p in sorted(p for p in path.rglob("*.txt") if p.is_file())]
     elif suffix == ".jsonl":
-        texts, _ = readers.read_jsonl(path, text_column=text_column, label_column="\0")
+        texts, _, dates = readers.read_jsonl(path, text_column=text_column, label_column="\0",
+                                             date_column=date_column)
         records = [json.loads(line) for line in readers._lines(readers._read_text(path)) if line.strip()]
         ids = [r.get(id_column) for r in records]
     elif suffix == ".csv":
-        texts, _ = readers.read_csv(path, text_column=text_column, label_column="\0")
+        texts, _, dates = readers.read_csv(path, text_column=text_column, label_column="\0",
+                                           date_column=date_column)
         with open(path, encoding="utf-8-sig", newline="") as fh:
             rows = [row for row in csv.reader(fh) if row]
         header = [name.strip() for name in rows[0]]
@@ -288,7 +304,8 @@ def read_documents(path: str | os.PathLike[str], vocabulary: Sequence[str], *, t
     if len(ids) != len(texts) or any(i is None or i == "" for i in ids):
         ids = [str(i) for i in range(len(texts))]
     counts, n_oov = count_texts(texts, vocabulary, lowercase=lowercase, stopwords=stopwords)
-    return DocumentCounts(tuple(str(i) for i in ids), counts, n_oov)
+    return DocumentCounts(tuple(str(i) for i in ids), counts, n_oov,
+                          None if dates is None else np.asarray(dates, dtype=object))
 
 
 def document_topics(topic_word: np.ndarray, documents: DocumentCounts, *, alpha: float = 0.01,
