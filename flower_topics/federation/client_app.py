@@ -242,6 +242,8 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
         arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed)
     party_ledger.record_round(context, config, spec.name, step.accounted(settings, corpus))  # before it leaves
     if secure is not None:
+        from flower_topics.secure_sum import party as secure_party
+
         order = spec.reply_spec(settings, corpus.n_words).arrays
         vector = np.concatenate([np.asarray(arrays[key]).ravel() for key in order])
         arrays = {secure_sum.MASKED_KEY: secure_party.mask_update(context.state, context.node_id, secure, vector)}
