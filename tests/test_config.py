@@ -31,7 +31,7 @@ def test_method_options_are_namespaced_and_no_key_means_two_things():
 
 
 def test_documented_options_table_is_the_registry():
-    assert options_table() in (ROOT / "docs" / "outputs-and-api.md").read_text()
+    assert options_table() in (ROOT / "docs" / "run-config.md").read_text()
 
 
 def test_empty_config_gets_every_default():

@@ -105,7 +105,7 @@ def test_inline_option_assignments_name_real_keys(page):
 
 def test_every_key_is_documented_and_each_method_page_lists_its_own():
     table = options_table()
-    assert table in (ROOT / "docs" / "outputs-and-api.md").read_text()
+    assert table in (ROOT / "docs" / "run-config.md").read_text()
     for name in METHODS:
         page = (ROOT / "docs" / f"{name}.md").read_text()
         for row in table.splitlines():

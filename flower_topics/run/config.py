@@ -244,7 +244,7 @@ def parse_run_config(raw: Mapping[str, Any]) -> RunConfig:
     if unknown:
         hints = [f"{_key_text(key)} (did you mean {' or '.join(_close_keys(key))}?)" if _close_keys(key)
                  else _key_text(key) for key in unknown[:10]] + ([f"and {len(unknown) - 10} more"] * (len(unknown) > 10))
-        raise UserInputError(f"unknown run-config key(s) {', '.join(hints)}; docs/outputs-and-api.md lists every key")
+        raise UserInputError(f"unknown run-config key(s) {', '.join(hints)}; docs/run-config.md lists every key")
     if "method" in raw:
         method = raw["method"]  # an unknown method is one line naming the registered ones
         get_method(method if isinstance(method, str) and len(method) <= 60 else shown(method, 60))
@@ -317,7 +317,7 @@ def pyproject_tables() -> dict[str, Any]:
 
 
 def options_table() -> str:
-    """The table of every option (Markdown; docs/outputs-and-api.md holds it), from the schema and the registry."""
+    """The table of every option (Markdown; docs/run-config.md holds it), from the schema and the registry."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key, opt in OPTIONS.items():
         lines.append(f"| `{key}` | `{opt.default!r}` | {opt.help.replace('|', '/')} |")
