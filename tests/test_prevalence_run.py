@@ -207,3 +207,34 @@ def test_dplda_run_reports_one_guarantee_with_the_prevalence_release(tmp_path):
     table, _ = read_prevalence(tmp_path / "run" / "prevalence.csv")
     assert table.periods == period_grid("2020", "2021-12", "quarter")
     assert model.metadata["prevalence"]["noise_std"] > 0
+
+
+def test_the_report_shows_the_prevalence_curves_with_the_topics_labels(tmp_path):
+    """``flower-topics report``: the prevalence plot is in the page, names the topics by their labels, and a
+    browser draws it (blanking it changes the pixels where it is)."""
+    import re
+
+    import matplotlib.image
+
+    from flower_topics.cli.main import main
+    from flower_topics.run.report_page import topic_labels
+    from tests.test_report import _browser
+
+    config = {**BASE, "output-dir": str(tmp_path / "run")}
+    model = run_server(_grid(tmp_path, config), config)
+    assert main(["report", str(tmp_path / "run")]) == 0
+    page = (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    dom = _browser(tmp_path, "--dump-dom", (tmp_path / "run" / "report.html").as_uri()).stdout
+    section = re.search(r'<div class="plot" id="prevalence">(.*?)</div>', dom, re.S).group(1)
+    assert "Topic prevalence over time" in dom and "5 without a date" in dom
+    for label in topic_labels(model):
+        assert f">{label}<" in section, label
+    blank = re.sub(r'<div class="plot" id="prevalence">.*?</div>', '<div class="plot" id="prevalence"></div>', page,
+                   flags=re.S)
+    (tmp_path / "blank.html").write_text(blank, encoding="utf-8")
+    shots = []
+    for name, url in (("report", (tmp_path / "run" / "report.html").as_uri()), ("blank", (tmp_path / "blank.html").as_uri())):
+        _browser(tmp_path, f"--screenshot={tmp_path / name}.png", "--window-size=1200,2400", url)
+        shots.append(matplotlib.image.imread(tmp_path / f"{name}.png")[..., :3])
+    changed = np.abs(shots[0] - shots[1]).max(axis=2) > 0.1
+    assert changed.mean() > 0.02

@@ -111,9 +111,14 @@ class PrevalenceTable:
                                self.undated + other.undated)
 
     def shares(self) -> np.ndarray:
-        """``K x T`` prevalence: each period's summed shares over its documents (NaN for a period without any)."""
+        """``K x T`` prevalence: each period's summed shares over its documents (NaN for a period without any).
+
+        A noisy table's negative sums count as 0 and each period's shares are taken over its non-negative sums
+        (post-processing: it costs no privacy); an exact table's shares are its sums over its documents."""
+        positive = np.maximum(self.sums, 0.0)
+        total = positive.sum(axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.documents > 0, self.sums / np.where(self.documents > 0, self.documents, 1), np.nan)
+            return np.where((self.documents > 0) & (total > 0), positive / np.where(total > 0, total, 1), np.nan)
 
     def write_csv(self, path: str | Path, labels: Sequence[str] | None = None) -> Path:
         """``prevalence.csv``: one row per period and topic (:data:`CSV_COLUMNS`), topics numbered from 0."""

@@ -57,9 +57,9 @@ def most_prevalent(table: PrevalenceTable, n: int = PLOTTED_TOPICS) -> np.ndarra
     return np.argsort(-table.sums.sum(axis=1), kind="stable")[:n]
 
 
-def plot_prevalence(table: PrevalenceTable, labels: Sequence[str], path: str | Path, noise_std: float = 0.0) -> Path:
-    """``prevalence.png``: the most prevalent topics' shares against the period, with one noise standard
-    deviation of each share shaded when the table carries noise."""
+def prevalence_figure(table: PrevalenceTable, labels: Sequence[str], noise_std: float = 0.0) -> Any:
+    """The most prevalent topics' shares against the period (a matplotlib ``Figure`` outside pyplot), with one
+    noise standard deviation of each share shaded when the table carries noise."""
     from matplotlib.figure import Figure
 
     shares = table.shares()
@@ -80,7 +80,12 @@ def plot_prevalence(table: PrevalenceTable, labels: Sequence[str], path: str | P
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.subplots_adjust(left=0.08, right=0.68, bottom=0.22, top=0.92)
-    fig.savefig(path, dpi=100)
+    return fig
+
+
+def plot_prevalence(table: PrevalenceTable, labels: Sequence[str], path: str | Path, noise_std: float = 0.0) -> Path:
+    """``prevalence.png``: :func:`prevalence_figure` saved."""
+    prevalence_figure(table, labels, noise_std).savefig(path, dpi=100)
     return Path(path)
 
 

@@ -217,6 +217,35 @@ def _plots(rows: Sequence[Mapping[str, Any]], label: str) -> list[str]:
         return [_svg(fig) for _, fig in metric_figures(rows, label, size=(5.2, 3.4), min_points=2)]
 
 
+def _prevalence_section(directory: Path, metadata: Mapping[str, Any]) -> str:
+    """The run's topic prevalence (``prevalence.csv``) as a plot with the topics' labels; empty without it."""
+    from flower_topics.run.prevalence_outputs import PREVALENCE_FILE, prevalence_figure, read_prevalence
+
+    path = directory / PREVALENCE_FILE
+    if not path.is_file():
+        return ""
+    table, labels = read_prevalence(path)
+    if not table.periods:
+        return ""
+    import matplotlib.pyplot as plt
+
+    stage = metadata.get("prevalence") if isinstance(metadata.get("prevalence"), Mapping) else {}
+    noise = float(stage.get("noise_std", 0.0) or 0.0)
+    with plt.rc_context({"svg.fonttype": "none"}):
+        svg = _svg(prevalence_figure(table, labels, noise))
+    left_out = ", ".join(f"{int(stage[key])} {what}" for key, what in (
+        ("undated", "without a date"), ("outside", "outside the periods"), ("empty", "without a word of the "
+                                                                                     "vocabulary")) if key in stage)
+    note = (f"{len(table.periods)} periods from {table.periods[0]} to {table.periods[-1]}, "
+            f"{float(np.sum(table.documents)):.0f} documents"
+            + (f" ({left_out} left out)" if left_out else "")
+            + (f"; each cell carries noise of standard deviation {noise:.3g} (shaded: one standard deviation of "
+               "each share)" if noise else "") + f". The table: {PREVALENCE_FILE}.")
+    return (f'<h2>Topic prevalence over time</h2>\n<p>Each topic\'s share of each period\'s documents, summed over '
+            f'the parties on their hosts; the {min(8, table.n_topics)} most prevalent topics. {html.escape(note)}</p>'
+            f'\n<div class="plot" id="prevalence">{svg}</div>')
+
+
 def final_values(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, float, list[int]]]:
     """``(metric, last value, rounds it was evaluated at)`` for each metric of :data:`PLOTTED` in ``rows``."""
     found = []
@@ -310,6 +339,7 @@ def build_report(run: str | os.PathLike[str], corpus: str | None = None,
     plots_html = "".join(f'<div class="plot">{svg}</div>' for svg in plots) or (
         "<p>No metric has values at two or more rounds to plot.</p>" if rows else
         f"<p>No per-round metrics ({METRICS_FILE} is missing or empty).</p>")
+    prevalence_html = _prevalence_section(directory, metadata)
     wall = metadata.get("wall_time")
     facts = (f"{model.n_topics} topics, {len(model.vocabulary)} words, {metadata.get('rounds', len(rows))} rounds"
              + (f", {wall:.1f} s" if _is_number(wall) else ""))
@@ -342,6 +372,7 @@ td.label {{ white-space: nowrap; font-weight: bold; }}
 word distributions (classical multidimensional scaling, as LDAvis); circle area: topic size
 {'(' + e(sizes.source) + ')' if sizes is not None else '(equal: sizes not available)'}.</p>
 <div class="plot" id="map">{_map_svg(coords, sizes, label, labels)}</div>
+{prevalence_html}
 <h2>Metrics and privacy per round</h2>
 {final_table}
 {plots_html}
