@@ -83,10 +83,11 @@ def main() -> None:
     base = {"dataset": args.corpus, "date-column": "date", "num-topics": args.topics, "num-rounds": args.rounds,
             "prevalence-period": args.period, "prevalence-from": args.start, "prevalence-to": args.end,
             "federated-eval": False, "verbose": False}
-    runs = [("lda", {**base, "method": "lda"})] if "lda" in args.methods.split(",") else []
-    runs += [] if "dplda" not in args.methods.split(",") else [(f"dplda eps {eps}", {**base, "method": "dplda", "vocabulary": "private", "dplda.epsilon": float(eps),
-                                   "vocabulary-epsilon": float(eps) / 4})  # a quarter of the target for the words
-             for eps in args.epsilons.split(",") if eps]
+    methods = args.methods.split(",")
+    runs = [("lda", {**base, "method": "lda"})] if "lda" in methods else []
+    if "dplda" in methods:  # a quarter of the target for the words
+        runs += [(f"dplda eps {eps}", {**base, "method": "dplda", "vocabulary": "private", "dplda.epsilon": float(eps),
+                                       "vocabulary-epsilon": float(eps) / 4}) for eps in args.epsilons.split(",") if eps]
     if args.secure:
         runs += [(f"{name} secure", {**config, "secure-aggregation": True}) for name, config in runs
                  if config["method"] == "dplda"]

@@ -233,7 +233,8 @@ def test_the_report_shows_the_prevalence_curves_with_the_topics_labels(tmp_path)
                    flags=re.S)
     (tmp_path / "blank.html").write_text(blank, encoding="utf-8")
     shots = []
-    for name, url in (("report", (tmp_path / "run" / "report.html").as_uri()), ("blank", (tmp_path / "blank.html").as_uri())):
+    pages = (("report", tmp_path / "run" / "report.html"), ("blank", tmp_path / "blank.html"))
+    for name, url in ((name, path.as_uri()) for name, path in pages):
         _browser(tmp_path, f"--screenshot={tmp_path / name}.png", "--window-size=1200,2400", url)
         shots.append(matplotlib.image.imread(tmp_path / f"{name}.png")[..., :3])
     changed = np.abs(shots[0] - shots[1]).max(axis=2) > 0.1

@@ -34,8 +34,8 @@ from flower_topics.wire.protocol import ARRAYS, CONFIG, METRICS, SENDER, UPDATE
 logger = logging.getLogger("flower_topics")
 
 
-def dated_shares(documents: NodeDocuments, vocabulary: tuple[str, ...], topic_word: np.ndarray, request: Mapping[str, Any]
-                 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], dict[str, int]]:
+def dated_shares(documents: NodeDocuments, vocabulary: tuple[str, ...], topic_word: np.ndarray,
+                 request: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], dict[str, int]]:
     """The topic shares of this party's dated documents and each one's period.
 
     Returns
