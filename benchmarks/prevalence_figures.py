@@ -86,8 +86,9 @@ def main() -> None:
     methods = args.methods.split(",")
     runs = [("lda", {**base, "method": "lda"})] if "lda" in methods else []
     if "dplda" in methods:  # a quarter of the target for the words
-        runs += [(f"dplda eps {eps}", {**base, "method": "dplda", "vocabulary": "private", "dplda.epsilon": float(eps),
-                                       "vocabulary-epsilon": float(eps) / 4}) for eps in args.epsilons.split(",") if eps]
+        runs += [(f"dplda eps {eps}", {**base, "method": "dplda", "vocabulary": "private",
+                                       "dplda.epsilon": float(eps), "vocabulary-epsilon": float(eps) / 4})
+                 for eps in args.epsilons.split(",") if eps]
     if args.secure:
         runs += [(f"{name} secure", {**config, "secure-aggregation": True}) for name, config in runs
                  if config["method"] == "dplda"]
