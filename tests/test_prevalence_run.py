@@ -239,3 +239,30 @@ def test_the_report_shows_the_prevalence_curves_with_the_topics_labels(tmp_path)
         shots.append(matplotlib.image.imread(tmp_path / f"{name}.png")[..., :3])
     changed = np.abs(shots[0] - shots[1]).max(axis=2) > 0.1
     assert changed.mean() > 0.02
+
+
+@pytest.mark.parametrize(("extra", "hidden"), [
+    ({}, False),
+    ({"secure-aggregation": True, "prevalence-from": "2020", "prevalence-to": "2021"}, True),
+    ({"method": "dplda", "prevalence-from": "2020", "prevalence-to": "2021"}, True),
+    ({"method": "dplda", "secure-aggregation": True, "prevalence-from": "2020", "prevalence-to": "2021"}, True),
+])
+def test_the_prevalence_reply_is_on_the_documented_list(tmp_path, extra, hidden):
+    """The wire audit of real runs: a prevalence reply is one K x T table (the run's periods when they are
+    public), with counts of what was left out only in a plain release."""
+    from tests.wire_audit import Audit
+
+    words = tmp_path / "vocabulary.txt"
+    words.write_text("\n".join(GROUP_A + GROUP_B) + "\n", encoding="utf-8")
+    config = {**BASE, "output-dir": str(tmp_path / "run"), "vocabulary": str(words), "num-rounds": 2, **extra}
+    if config.get("method") == "dplda":
+        config["dplda.sample-rate"] = 0.5
+    grid = _grid(tmp_path, config)
+    audit = Audit()
+    grid.client_app = audit.wrap(grid.client_app)
+    run_server(grid, config)
+    seen = audit.check(lambda context: {10 ** 9})
+    assert seen["query.prevalence"] == 3
+    replies = [reply for request, reply, _ in audit.sent if request.metadata.message_type == "query.prevalence"]
+    assert all(not reply.has_error() for reply in replies)
+    assert all(bool(dict(reply.content["metrics"])) is not hidden for reply in replies)

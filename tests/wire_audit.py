@@ -16,6 +16,9 @@ What may leave a party, by message type (README, "What leaves a party"):
   (all of one length) addressed to participants it was sent; ``unmask``, per party of the
   request, a share of its self-mask seed of the round if it is alive or of its mask key of
   the round if it dropped out, never both (:mod:`flower_topics.secure_sum`);
+- ``query.prevalence``: one ``K x T`` table of summed topic shares per period (``T``: the run's public
+  periods, or the party's own periods in a plain release), its periods' labels, and in a plain release
+  its counts of documents left out; under secure aggregation one masked integer vector and the labels;
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.federated.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
   (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
@@ -45,6 +48,7 @@ from flower_topics.secure_sum.protocol import MESSAGE_TYPE as SECURE_SUM
 from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
 from flower_topics.strategies.base import masked_spec
 from flower_topics.wire import agreement
+from flower_topics.wire import prevalence
 from flower_topics.wire.protocol import CONFIG, METRICS, ArraySpec, ReplyError, ReplySpec, validate_reply
 
 
@@ -56,6 +60,7 @@ DOCUMENTED_FREE_AXES = {
     ("topic-word", 0): "FTM: the party's K_p",
     ("topic-word-delta.gaps", 0): "lda: the nonzero cells of its K x V count change (0 when sent dense)",
     ("topic-word-delta.values", 0): "lda: the nonzero cells of its K x V count change (K x V when sent dense)",
+    (prevalence.SUMS, 1): "prevalence: the party's own periods (a plain release without public periods)",
 }
 
 
@@ -105,6 +110,9 @@ class Audit:
                     validate_reply(reply.content, spec)
             except ReplyError as exc:
                 raise AuditError(f"{kind} reply of node {context.node_id}: {exc}") from None
+            if kind == prevalence.PREVALENCE and str(request.content[CONFIG]["periods"]) and \
+                    str(reply.content[CONFIG]["periods"]) != str(request.content[CONFIG]["periods"]):
+                raise AuditError(f"{kind} reply of node {context.node_id}: periods other than the run's public ones")
             _no_strings(kind, reply)
             _no_per_document_arrays(kind, reply, sizes(context), free_axes)
             if kind == evaluation.MESSAGE_TYPE and documents_of is not None:
@@ -120,7 +128,17 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
         bits = int(request.content[ROUND_RECORD]["bits"])
         return masked_spec(ReplySpec(agreement.METHOD, {"counts": ArraySpec("integer", (size,))}),
                            SecureSumSettings(bits=bits)), set()
-    if kind == agreement.CANDIDATES:
+    if kind == prevalence.PREVALENCE:
+        k, periods = len(request.content["arrays"][prevalence.TOPIC_WORD].numpy()), prevalence.split_periods(
+            str(config["periods"]))
+        plain = prevalence.reply_spec(k, len(periods) or None, plain=not bool(config.get("dplda.prevalence-noise")))
+        if ROUND_RECORD in request.content.config_records:
+            masked = masked_spec(ReplySpec("prevalence", {prevalence.SUMS: ArraySpec("integer", (k, len(periods)))}),
+                                 SecureSumSettings(bits=int(request.content[ROUND_RECORD]["bits"])))
+            return ReplySpec(masked.method, masked.arrays, metrics=(), max_bytes=masked.max_bytes,
+                             config=("periods",)), set()
+        spec = plain
+    elif kind == agreement.CANDIDATES:
         spec = agreement.candidates_spec(str(config["mode"]) == "private")
     elif kind == agreement.VOCABULARY:
         return None, set()
@@ -193,7 +211,8 @@ def _only_top_words(request: Message, reply: Message, documents: Any, node_id: i
 
 
 def _no_strings(kind: str, reply: Message) -> None:
-    allowed = {(CONFIG, agreement.WORDS), (CONFIG, "curated"), (CONFIG, evaluation.LABELS), ("sender", "method")}
+    allowed = {(CONFIG, agreement.WORDS), (CONFIG, "curated"), (CONFIG, evaluation.LABELS), ("sender", "method"),
+               (CONFIG, "periods")}
     for name, record in reply.content.items():
         if isinstance(record, ConfigRecord):
             for key, value in record.items():
