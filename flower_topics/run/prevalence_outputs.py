@@ -71,10 +71,12 @@ def prevalence_figure(table: PrevalenceTable, labels: Sequence[str], noise_std: 
         ax.plot(x, shares[k], color=f"C{n}", marker="o" if len(x) < 30 else None, label=labels[k][:48])
         if noise_std:
             spread = noise_std / documents
-            ax.fill_between(x, shares[k] - spread, shares[k] + spread, color=f"C{n}", alpha=0.15, linewidth=0)
+            ax.fill_between(x, np.maximum(shares[k] - spread, 0), np.minimum(shares[k] + spread, 1), color=f"C{n}",
+                            alpha=0.15, linewidth=0)
     step = max(1, len(x) // 12)
     ax.set_xticks(x[::step], [table.periods[i] for i in x[::step]], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel("share of the period's documents")
+    ax.set_ylim(bottom=0)
     ax.set_title("Topic prevalence over time" + (f" (noise sd {noise_std:.3g} a cell)" if noise_std else ""),
                  fontsize=10)
     ax.grid(alpha=0.3)
