@@ -1,4 +1,4 @@
-"""Guided topics: federated ``lda`` with and without seed words, side by side, and the sweep's speed.
+"""Guided topics: federated ``lda`` (or ``--method``) with and without seed words, side by side, and the sweep's speed.
 
     python benchmarks/seeded_topics.py --dataset ../shared/datasets/BBC_News \
         --seeds benchmarks/seeds/bbc_news.txt --labels business entertainment politics sport tech \
@@ -8,8 +8,12 @@
         --set max-vocab=5000 --speed-topics 50 --repeats 5 --out runs/seeded/debian
     python benchmarks/seeded_topics.py --dataset ../shared/datasets/BBC_News \
         --seeds benchmarks/seeds/bbc_news.txt --speed-only --speed-topics 20 1000
+    python benchmarks/seeded_topics.py --method dplda --dataset ../shared/datasets/BBC_News \
+        --seeds benchmarks/seeds/bbc_news.txt --labels business entertainment politics sport tech --rounds 40 \
+        --set vocabulary=$PWD/../shared/datasets/BBC_News/vocabulary.txt --set federated-eval=false \
+        --set dplda.epsilon=3 --speed-topics --out runs/seeded/bbc-dplda
 
-Quality: two federated ``lda`` runs through the package's ServerApp and ClientApp in this
+Quality: two federated runs of ``--method`` (default ``lda``; any method that takes seed words) through the package's ServerApp and ClientApp in this
 process (:class:`~flower_topics.simulations.inprocess.InProcessGrid`), ``--parties`` parties
 split by label, the same seed, one without ``seed-words`` and one with the file ``--seeds``
 (line i seeds topic i; ``--labels`` names the corpus label each line is about). Each final
@@ -81,7 +85,9 @@ def quality(args: argparse.Namespace, base: dict, lines: list[list[str]], out: P
         config = {**base, **extra}
         model, seconds = train(config, out / name.replace(" ", "-"), args.parties)
         metrics = score(model, data, parse_run_config(config))
-        rows[name] = {**metrics, "wall_time": seconds}
+        privacy = model.metadata.get("privacy") or {}
+        rows[name] = {**metrics, "wall_time": seconds, "epsilon": privacy.get("epsilon"),
+                      "sigma": privacy.get("noise_multiplier")}
         models[name] = (model, top_topics(model, heldout))
     table = [("| seed line | label | held-out docs | seeded topic: seeds in top 10 | seeded topic: share of the "
               "label's docs on top | without seeds: best topic's share | its seeds in top 10 |"),
@@ -96,10 +102,12 @@ def quality(args: argparse.Namespace, base: dict, lines: list[list[str]], out: P
         table.append(f"| {i} ({' '.join(words[:3])} ...) | {label} | {int(docs.sum())} | "
                      f"{seeds_in_top(seeded[0], i, kept)} of {len(kept)} | {share:.2f} | {best_share:.2f} "
                      f"(topic {best}) | {seeds_in_top(plain[0], best, kept)} of {len(kept)} |")
-    table += ["", "| run | perplexity | NPMI | NMI | purity | wall time (s) |", "|---|---|---|---|---|---|"]
+    table += ["", "| run | perplexity | NPMI | NMI | purity | epsilon | noise multiplier | wall time (s) |",
+              "|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
+        eps, sigma = (f"{row[key]:.4g}" if row[key] is not None else "-" for key in ("epsilon", "sigma"))
         table.append(f"| {name} | {row['perplexity']:.1f} | {row['npmi']:.4f} | {row.get('nmi', float('nan')):.4f} "
-                     f"| {row.get('purity', float('nan')):.4f} | {row['wall_time']:.0f} |")
+                     f"| {row.get('purity', float('nan')):.4f} | {eps} | {sigma} | {row['wall_time']:.0f} |")
     table += ["", "Top words of the seeded topics (with seeds):", ""]
     table += [f"- topic {i}: {' '.join(seeded[0].top_words(10)[i])}" for i in range(len(lines))]
     return table
@@ -142,10 +150,11 @@ def main() -> None:
     parser.add_argument("--seeds", required=True, help="the seed-words file (one topic per line)")
     parser.add_argument("--labels", nargs="+", default=[], help="the corpus label each seed line is about")
     parser.add_argument("--out", default="runs/seeded")
+    parser.add_argument("--method", default="lda", help="a method that takes seed words (lda, fedlda, pctd, dplda)")
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--parties", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--local-sweeps", type=int, default=1)
+    parser.add_argument("--local-sweeps", type=int, default=1, help="lda.local-sweeps (lda only)")
     parser.add_argument("--weight", type=float, default=SEED_WEIGHT, help="seed-weight")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra run-config keys")
@@ -158,9 +167,9 @@ def main() -> None:
     lines = read_seed_lines(args.seeds)
     if not args.speed_only and len(args.labels) != len(lines):
         raise SystemExit(f"--labels: give one label per seed line ({len(lines)})")
-    base = {"dataset": args.dataset, "num-topics": args.topics, "num-rounds": args.rounds, "seed": args.seed,
-            "lda.local-sweeps": args.local_sweeps, "partition": "label", "federated-eval": False,
-            **parse_assignments(args.set)}
+    base = {"method": args.method, "dataset": args.dataset, "num-topics": args.topics, "num-rounds": args.rounds,
+            "seed": args.seed, "partition": "label", "federated-eval": False,
+            **({"lda.local-sweeps": args.local_sweeps} if args.method == "lda" else {}), **parse_assignments(args.set)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = [f"`{' '.join(['python benchmarks/seeded_topics.py', *sys.argv[1:]])}`", ""]

@@ -178,9 +178,7 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
                "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
                "flower_topics.clients.dplda:STEP", private=True, secure_sum=dplda.SECURE_SUM, node_options=dplda.NODE_OPTIONS,
                check_config=dplda.check_config, quality_notes=dplda.quality_notes,
-               planned_releases=dplda.planned_releases,
-               seed_words="its eta prior and public starting topics are symmetric (the seed prior is not wired into "
-                          "them)",
+               planned_releases=dplda.planned_releases, seed_words="",
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
                                               "whole-run budget; another num-rounds would change the noise"}),
 )})

@@ -117,7 +117,7 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "beta": Option(0.01, "topic-word Dirichlet prior (symmetric; LDA-family methods)", positive_finite),
         # --- guided topics
         "seed-words": Option("", "guided topics: a public file the server reads, one topic per line, its seed words "
-                             "separated by spaces; seeded topics come first, in the file's order (lda; '' = none)"),
+                             "separated by spaces; seeded topics come first, in the file's order (lda, fedlda, pctd, dplda; '' = none)"),
         "seed-weight": Option(SEED_WEIGHT, "guided topics: what a seed word adds to beta in its topic (a "
                               "pseudo-count)", positive_finite),
         # --- federation

@@ -29,6 +29,13 @@ server reads it: it is public, not a party's document), weighted by the public c
 and forgotten at the delay that leaves it half its weight after the run's rounds, unless the run
 config sets ``public-weight`` or ``tau0`` (:mod:`flower_topics.models.svi_public`).
 
+Guided topics (run-config ``seed-words``, :mod:`flower_topics.models.seed_words`): ``eta`` becomes the
+matrix ``eta_kw`` (``beta`` plus ``seed-weight`` at each seed word of its topic) in the step and in
+:func:`public_lambda`; the public LDA of a public corpus runs with that prior, and the other starts
+put the seeded topics first and add the seeds' weight (:mod:`flower_topics.models.svi_seeds`). The
+parties receive the public ``lambda`` as before (the wire does not change); the seeds are a public
+file and cost no privacy.
+
 Privacy (:mod:`flower_topics.privacy.accountants`: the ``"pld"`` or ``"skellam"`` accountant). The user sets the whole run's target
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
 spending is subtracted (basic composition) and the noise multiplier ``sigma`` is the
@@ -51,6 +58,8 @@ from flower_topics.errors import UserInputError
 from flower_topics.models import svi, svi_public
 from flower_topics.metrics.inference import align_corpus
 from flower_topics.models.lda import fit_lda
+from flower_topics.models.seed_words import SeedPrior, config_seed_prior
+from flower_topics.models.svi_seeds import seeded_start
 from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAccountant
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
@@ -75,13 +84,14 @@ RAW_KEY = "lambda-average"
 VARIANCE_KEY = "noise-variance"
 
 
-def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float, threshold: float,
+def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float | np.ndarray, threshold: float,
                   background: float) -> np.ndarray:
     """The topics' public Dirichlet parameters from the noisy running average (post-processing).
 
     ``eta + T_k + background / (1 - background) * |T_k| u``, where ``T = (average - eta)`` with
     every cell below ``threshold * sqrt(noise_variance)`` set to 0 (negative cells always), ``|T_k|``
-    its row sums and ``u`` the normalized positive part of the average's column sums.
+    its row sums and ``u`` the normalized positive part of the average's column sums. ``eta`` is a
+    number or, with seed words, the ``(K, V)`` prior ``eta_kw``.
     """
     signal = average - eta
     kept = np.where(signal > threshold * np.sqrt(noise_variance), signal, 0.0)
@@ -104,7 +114,8 @@ def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
 
 def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
                  source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS,
-                 mass: float | None = svi.START_MASS, clip: float = 2.0, e_step_iterations: int = 50) -> np.ndarray:
+                 mass: float | None = svi.START_MASS, clip: float = 2.0, e_step_iterations: int = 50,
+                 seeds: SeedPrior | None = None) -> np.ndarray:
     """A public initial ``lambda``: non-private collapsed Gibbs LDA of public text over the agreed vocabulary.
 
     The corpus' words outside ``vocabulary`` are dropped (and documents left empty); ``sweeps``
@@ -112,7 +123,10 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
     give the topic-word distributions, scaled by :func:`~flower_topics.models.svi.distribution_lambda`
     to ``mass`` pseudo-counts a topic, or with ``mass=None`` turned into the public corpus' evidence,
     ``eta +`` :func:`~flower_topics.models.svi_public.public_evidence` (its documents' expected counts,
-    clipped to ``clip`` as a party's). No party's document enters it: it costs no privacy.
+    clipped to ``clip`` as a party's). No party's document enters it: it costs no privacy. With ``seeds`` the
+    LDA's prior is :meth:`~flower_topics.models.seed_words.SeedPrior.matrix` of ``eta`` (the seeded topics come
+    first, as in ``lda``), and that matrix replaces ``eta`` in the evidence (or, with ``mass``, its seed weight is
+    added: :func:`~flower_topics.models.svi_seeds.seeded_start` without reordering).
 
     Parameters
     ----------
@@ -136,6 +150,8 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         The run's clip norm ``C`` (the evidence's clipping).
     e_step_iterations : int
         Most gamma iterations of the evidence's E-step.
+    seeds : SeedPrior, optional
+        Seed words (guided topics) over ``vocabulary``.
 
     Returns
     -------
@@ -157,10 +173,12 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
                              f"{public.n_tokens} tokens over the agreed vocabulary; it needs at least {n_topics} "
                              f"documents and {least} tokens")
-    topic_word = fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed)
+    topic_word = fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed, seeds=seeds)
     if mass is not None:
-        return svi.distribution_lambda(topic_word, mass=mass)
-    return eta + svi_public.public_evidence(topic_word, svi.document_counts(public), alpha=alpha, clip=clip,
+        start = svi.distribution_lambda(topic_word, mass=mass)
+        return start if seeds is None else seeded_start(start, seeds, reorder=False)
+    prior = eta if seeds is None else seeds.matrix(eta)
+    return prior + svi_public.public_evidence(topic_word, svi.document_counts(public), alpha=alpha, clip=clip,
                                             e_step_iterations=e_step_iterations)
 
 
@@ -225,6 +243,9 @@ class DPLDA(TopicStrategy):
     prevalence_noise : float (default: 0.0)
         The noise multiplier of the prevalence release after the last round (0: the run has none;
         :func:`flower_topics.wire.dplda.prevalence_noise`); ``sigma`` of ``settings`` was calibrated with it.
+    seeds : SeedPrior, optional
+        Seed words (guided topics): the prior becomes :meth:`SeedPrior.matrix` of ``eta`` and the start is seeded
+        (:mod:`flower_topics.models.svi_seeds`).
     **federation : Any
         ``fraction_train``, ``min_nodes``, ``min_replies``, ``seed``, ``evaluation`` of
         :class:`TopicStrategy`; the seed also draws the initial ``lambda``.
@@ -237,6 +258,7 @@ class DPLDA(TopicStrategy):
                  background: float = 0.2, init: str = "embedding",
                  public_corpus: Corpus | Callable[[], Corpus] | None = None,
                  public_source: str = "", public_weight: float | None = None, prevalence_noise: float = 0.0,
+                 seeds: SeedPrior | None = None,
                  **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
         if not 0 <= background < 1:
@@ -248,6 +270,8 @@ class DPLDA(TopicStrategy):
         self.public_corpus, self.public_source = public_corpus, public_source or "dplda.public-corpus"
         self.public_weight = public_weight
         self.prevalence_noise = prevalence_noise
+        self.seeds = seeds
+        self.prior: float | np.ndarray = eta if seeds is None else seeds.matrix(eta)  # eta_kw of the step
         self.updates = 0
         self._lambda_sent: tuple[ArrayRecord, ArrayRecord] | None = None  # a global state, what nodes receive of it
 
@@ -261,7 +285,8 @@ class DPLDA(TopicStrategy):
                    init=str(config["dplda.init"]), public_corpus=public_corpus(config),
                    public_source=str(config["dplda.public-corpus"]),
                    public_weight=float(config["dplda.public-weight"]) or None,
-                   prevalence_noise=wire.prevalence_noise(config), **cls.federation_options(config))
+                   prevalence_noise=wire.prevalence_noise(config), seeds=config_seed_prior(config, vocabulary),
+                   **cls.federation_options(config))
 
     def initial_arrays(self) -> ArrayRecord:
         """The public initial ``lambda`` (no noise yet), from the vocabulary (and the public corpus) and the run
@@ -272,17 +297,19 @@ class DPLDA(TopicStrategy):
             return model_record(public_start(corpus, self.vocabulary, k, alpha=self.dplda.alpha,
                                              eta=self.eta, seed=self.seed, source=self.public_source,
                                              mass=self.public_weight, clip=self.dplda.clip,
-                                             e_step_iterations=self.dplda.e_step_iterations), 0.0)
+                                             e_step_iterations=self.dplda.e_step_iterations, seeds=self.seeds), 0.0)
         if self.init == "embedding":
             from flower_topics.models.word_similarity import embed_vocabulary
 
-            return model_record(svi.embedding_lambda(embed_vocabulary(self.vocabulary), k, self.seed), 0.0)
-        return model_record(svi.initial_lambda(k, self.vocab_size, self.seed), 0.0)
+            start = svi.embedding_lambda(embed_vocabulary(self.vocabulary), k, self.seed)
+        else:
+            start = svi.initial_lambda(k, self.vocab_size, self.seed)
+        return model_record(start if self.seeds is None else seeded_start(start, self.seeds), 0.0)
 
     def public(self, arrays: ArrayRecord) -> np.ndarray:
         """The public ``lambda`` of the global state (:func:`public_lambda`)."""
         variance = float(arrays[VARIANCE_KEY].numpy()[0])
-        return public_lambda(arrays[RAW_KEY].numpy(), variance, eta=self.eta, threshold=self.threshold,
+        return public_lambda(arrays[RAW_KEY].numpy(), variance, eta=self.prior, threshold=self.threshold,
                              background=self.background if variance > 0 else 0.0)
 
     def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
@@ -324,7 +351,7 @@ class DPLDA(TopicStrategy):
         parties = sum(r.parties for r in replies)
         round_variance = parties * self.party_noise_variance(server_round) / self.dplda.sample_rate ** 2
         rho = svi.step_size(self.updates, self.tau0, self.kappa)
-        average = svi.natural_gradient_step(arrays[RAW_KEY].numpy(), self.eta + total / self.dplda.sample_rate, rho)
+        average = svi.natural_gradient_step(arrays[RAW_KEY].numpy(), self.prior + total / self.dplda.sample_rate, rho)
         variance = (1 - rho) ** 2 * float(arrays[VARIANCE_KEY].numpy()[0]) + rho ** 2 * round_variance
         self.updates += 1
         return model_record(average, variance), {"step-size": rho, "noise-std": float(np.sqrt(variance))}
@@ -396,6 +423,7 @@ class DPLDA(TopicStrategy):
                        f"server receives in training; {trust}"),
             details={"noise_multiplier": sigma, "sample_rate": q, "clip": self.dplda.clip,
                      "initial_topics": start,
+                     **({} if self.seeds is None else {"seed_words": self.seeds.privacy_note()}),
                      "target_epsilon": self.budget.epsilon, "target_delta": self.budget.delta,
                      "training_epsilon_budget": eps_rounds, "trust_model": trust,
                      "composed": "vocabulary agreement (basic composition) + training rounds "
