@@ -266,3 +266,40 @@ def test_the_prevalence_reply_is_on_the_documented_list(tmp_path, extra, hidden)
     replies = [reply for request, reply, _ in audit.sent if request.metadata.message_type == "query.prevalence"]
     assert all(not reply.has_error() for reply in replies)
     assert all(bool(dict(reply.content["metrics"])) is not hidden for reply in replies)
+
+
+def test_a_party_ledger_records_dplda_prevalence_and_refuses_an_exact_table(tmp_path):
+    """A dplda party with a privacy ledger records its prevalence release (one Gaussian, q = 1) with its rounds,
+    and the whole run's spend is what the run's report states; the same party refuses a request that would have
+    it release its exact table (a hostile server naming another method)."""
+    from flwr.app import Array, ArrayRecord, Message, RecordDict
+
+    from flower_topics.federation.party_ledger import documents_fingerprint
+    from flower_topics.federation.client_app import data_config
+    from flower_topics.privacy.ledger import compose, read_ledger
+    from flower_topics.wire import prevalence as prevalence_wire
+    from flower_topics.wire.protocol import ARRAYS, CONFIG
+
+    words = tmp_path / "vocabulary.txt"
+    words.write_text("\n".join(GROUP_A + GROUP_B) + "\n", encoding="utf-8")
+    config = {**DP, "output-dir": str(tmp_path / "run"), "vocabulary": str(words)}
+    grid = _grid(tmp_path, config)
+    for i, context in enumerate(grid.contexts.values()):
+        context.node_config.update({"privacy-ledger": str(tmp_path / f"ledger-{i}.json"), "lifetime-epsilon": 10.0})
+    model = run_server(grid, config)
+    parsed = parse_run_config(config)
+    for i, context in enumerate(grid.contexts.values()):
+        ledger = read_ledger(tmp_path / f"ledger-{i}.json")
+        assert [e.release.sample_rate for e in ledger.entries][-1] == 1.0  # the prevalence release, last
+        spent = ledger.spent(documents_fingerprint(context.node_config, data_config(parsed)), 1e-5)
+        assert spent == pytest.approx(compose(dplda_wire.planned_releases(parsed), 1e-5), rel=1e-9)
+        assert spent <= model.metadata["privacy"]["document_epsilon"] * (1 + 1e-9)
+    # a hostile server asks the same party for lda's (exact) prevalence table
+    node, context = next(iter(grid.contexts.items()))
+    request = {"vocabulary": str(context.state["vocabulary"]["fingerprint"]), "method": "lda", "period": "year",
+               "periods": "", "eval-alpha": 0.01, "eval-iterations": 10, prevalence_wire.QUANTUM: 1024.0}
+    msg = Message(RecordDict({CONFIG: ConfigRecord(request), ARRAYS: ArrayRecord(
+        {prevalence_wire.TOPIC_WORD: Array(np.full((2, 12), 1 / 12))})}), dst_node_id=node,
+        message_type=prevalence_wire.PREVALENCE)
+    reply = grid.send_and_receive([msg])[0]
+    assert reply.has_error() and "no document-level accounting" in reply.error.reason
