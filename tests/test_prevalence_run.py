@@ -303,3 +303,13 @@ def test_a_party_ledger_records_dplda_prevalence_and_refuses_an_exact_table(tmp_
         message_type=prevalence_wire.PREVALENCE)
     reply = grid.send_and_receive([msg])[0]
     assert reply.has_error() and "no document-level accounting" in reply.error.reason
+
+
+def test_when_no_party_can_answer_the_model_is_still_written(tmp_path):
+    config = {**BASE, "output-dir": str(tmp_path / "run")}
+    grid = _grid(tmp_path, config)
+    for context in grid.contexts.values():
+        context.node_config["date-column"] = ""  # no party reads dates
+    model = run_server(grid, config)
+    assert (tmp_path / "run" / "model.npz").is_file() and not (tmp_path / "run" / "prevalence.csv").exists()
+    assert "prevalence" not in model.metadata

@@ -26,7 +26,7 @@ from flwr.serverapp import Grid
 from flower_topics.data.periods import period_grid
 from flower_topics.errors import UserInputError
 from flower_topics.metrics.prevalence import PrevalenceTable
-from flower_topics.strategies.base import TopicStrategy, error_reason, masked_spec, wait_for_nodes
+from flower_topics.strategies.base import TopicStrategy, error_reason, masked_spec
 from flower_topics.wire import prevalence as wire
 from flower_topics.wire.protocol import ARRAYS, CONFIG, ReplyError, validate_reply, vocabulary_fingerprint
 
@@ -102,7 +102,9 @@ def collect_prevalence(grid: Grid, config: Mapping[str, Any], strategy: TopicStr
     started = time.time()
     settings = strategy.prevalence_settings()
     periods = check_prevalence_config(config, noisy=bool(settings))
-    nodes = sorted(wait_for_nodes(grid, 1, strategy.excluded) - set(strategy.excluded))
+    nodes = sorted(set(grid.get_node_ids()) - set(strategy.excluded))  # the parties still in the run
+    if not nodes:
+        raise UserInputError(f"prevalence: no party is left to answer ({_reasons(strategy.excluded)})")
     k = int(topic_word.shape[0])
     request = {"vocabulary": vocabulary_fingerprint(tuple(vocabulary)), "method": strategy.method,
                "period": str(config["prevalence-period"]), "periods": wire.join_periods(periods),
@@ -110,13 +112,13 @@ def collect_prevalence(grid: Grid, config: Mapping[str, Any], strategy: TopicStr
                wire.QUANTUM: wire.DEFAULT_QUANTUM, **settings}
     arrays = ArrayRecord({wire.TOPIC_WORD: Array(np.asarray(topic_word, dtype=np.float64))})
     excluded: dict[int, str] = {}
+    strategy.prevalence_released(len(nodes))  # before anything is sent: a stage that fails later still counts
     if strategy.secure is not None:
         table, parties = _secure(grid, config, strategy, request, arrays, nodes, periods, k, excluded, timeout)
         by_party, left_out = {}, {}
     else:
         table, parties, by_party, left_out = _plain(grid, request, arrays, nodes, periods, k, excluded, timeout,
                                                     plain=not settings)
-    strategy.prevalence_released(len(nodes))
     for node, why in excluded.items():
         logger.warning("prevalence: node %d: %s", node, why)
     noise = float(np.sqrt(strategy.prevalence_noise_variance(parties)))

@@ -10,6 +10,7 @@ to ``metrics.jsonl``; at the end the model, its top words and the plots are writ
 from __future__ import annotations
 
 import time
+from logging import ERROR
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -237,7 +238,11 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         raise RuntimeError("no round produced a model: every client reply failed (see the log above)")
     final_arrays = result.arrays if result.arrays else latest[0]
     model = recorder.model(final_arrays)
-    prevalence = collect_prevalence(grid, config, strategy, model.topic_word, agreement.vocabulary, timeout)
+    try:
+        prevalence = collect_prevalence(grid, config, strategy, model.topic_word, agreement.vocabulary, timeout)
+    except UserInputError as exc:  # the trained model is still written
+        console.say("flower-topics: error: %s (the model is written; prevalence.csv is not)", exc, level=ERROR)
+        prevalence = None
     model = TopicModel(
         model.topic_word,
         model.vocabulary,
