@@ -128,6 +128,7 @@ class NTM(TopicStrategy):
     """
 
     method = wire.METHOD
+    evaluation_with_train = True  # scoring in the training handler leaves its local step as it was
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.NTMSettings, *, max_steps: int = 0,
                  stop_tolerance: float = 0.0, **federation: Any) -> None:
