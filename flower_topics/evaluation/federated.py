@@ -136,6 +136,9 @@ class EvaluationSettings:
         Seed of the document-completion halves (public).
     labels : bool
         Also the topic-by-label tables, in the last round.
+    with_train : bool
+        A scored round other than the last may be scored by the next round's training messages
+        (where the strategy allows it: :meth:`~flower_topics.strategies.base.TopicStrategy.carries_evaluation`).
     """
 
     every: int
@@ -144,6 +147,7 @@ class EvaluationSettings:
     n_iter: int = 100
     seed: int = 0
     labels: bool = True
+    with_train: bool = True
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "EvaluationSettings | None":
@@ -152,7 +156,8 @@ class EvaluationSettings:
             return None
         return cls(every=eval_interval(config), num_rounds=int(config["num-rounds"]),
                    alpha=float(config["eval-alpha"]), n_iter=int(config["eval-iterations"]),
-                   seed=int(config["seed"]), labels=bool(config["eval-labels"]))
+                   seed=int(config["seed"]), labels=bool(config["eval-labels"]),
+                   with_train=bool(config["eval-with-train"]))
 
     def due(self, server_round: int) -> bool:
         """Whether round ``server_round`` is scored."""

@@ -388,13 +388,15 @@ class TopicStrategy(Strategy):
     def carries_evaluation(self, server_round: int) -> bool:
         """Whether round ``server_round``'s evaluation travels with round ``server_round + 1``'s training messages.
 
-        It does when the method opts in (:attr:`evaluation_with_train`), the round is scored and
+        It does when the method opts in (:attr:`evaluation_with_train`) and the run config lets it
+        (``eval-with-train``, true by default), the round is scored and
         is not the last (the last has no next round: its ``evaluate`` message stays), every node
         that can take part is sent a training message (``fraction_train`` 1, as every one is sent an
         ``evaluate`` message), and there is no secure aggregation (a masked reply carries its
         masked vector and nothing else).
         """
-        return (self.evaluation_with_train and self.evaluation is not None and self.secure is None
+        return (self.evaluation_with_train and self.evaluation is not None and self.evaluation.with_train
+                and self.secure is None
                 and self.fraction_train >= 1.0 and 1 <= server_round < self.evaluation.num_rounds
                 and self.evaluation.due(server_round))
 
