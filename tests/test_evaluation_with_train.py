@@ -120,3 +120,28 @@ def test_a_carried_round_sends_no_evaluate_message_and_the_next_round_carries_it
         assert int(msg.content["evaluate.config"]["seed"]) == 0 and not msg.content["evaluate.config"]["labels"]
     assert strategy.traffic[2].eval_bytes_sent > 0
     assert list(strategy.configure_evaluate(6, arrays, ConfigRecord(), grid))  # the last round: its own message
+
+
+def test_a_party_with_a_privacy_ledger_refuses_a_carried_evaluation_in_one_line_and_sends_no_sums(tmp_path):
+    """Federated evaluation has no document-level accounting: a party that keeps a ledger refuses it, carried as in
+    an evaluate message; what it returns for its training reply is the reason, no sums."""
+    from flwr.app import Context, Message, RecordDict
+
+    from flower_topics.evaluation import federated as evaluation
+    from flower_topics.federation.client_app import carried_evaluation
+
+    settings = EvaluationSettings(every=1, num_rounds=3)
+    content = RecordDict({"config": ConfigRecord({"server-round": 2})})
+    evaluation.carry_request(content, evaluation.request(np.full((2, 3), 1 / 3), settings, "3:x", 1))
+    from tests.flower_harness import as_server
+
+    as_server()
+    ledger = {"privacy-ledger": str(tmp_path / "ledger.json"), "lifetime-epsilon": 5.0}
+    context = Context(run_id=1, node_id=7, node_config=ledger, state=RecordDict(), run_config={})
+    message = Message(content=content, message_type="train.fedlda", dst_node_id=7)
+    sums, reason = carried_evaluation(message, context, {})
+    assert sums is None and "no document-level accounting: refused" in reason and "\n" not in reason
+    assert not (tmp_path / "ledger.json").exists()  # nothing recorded: nothing was released
+    plain = Message(content=RecordDict({"config": ConfigRecord({"server-round": 2})}), message_type="train.fedlda",
+                    dst_node_id=7)
+    assert carried_evaluation(plain, context, {}) is None  # a training message without one: nothing to score
