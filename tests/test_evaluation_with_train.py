@@ -145,3 +145,17 @@ def test_a_party_with_a_privacy_ledger_refuses_a_carried_evaluation_in_one_line_
     plain = Message(content=RecordDict({"config": ConfigRecord({"server-round": 2})}), message_type="train.fedlda",
                     dst_node_id=7)
     assert carried_evaluation(plain, context, {}) is None  # a training message without one: nothing to score
+
+
+def test_an_ntm_run_that_stops_early_scores_every_round_by_its_own_messages_once_stopped(tmp_path):
+    """ntm.max-steps 2: round 2 ends the training, so rounds 3 and 4 send no training message; round 1 is scored
+    by round 2's training messages, rounds 2-4 by evaluate messages of their own: no evaluation is lost."""
+    config = {**TINY, "method": "ntm", "num-rounds": 4, "eval-every": 1, "ntm.max-steps": 2,
+              "output-dir": str(tmp_path / "run")}
+    grid = CountingGrid.partitions(make_client_app(config), 2, config)
+    grid.sent, grid.crash_round = Counter(), 0
+    run_server(grid, config)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert [r.get("eval_parties") for r in rows] == [2, 2, 2, 2]
+    assert grid.sent["train.ntm"] == 4 and grid.sent["evaluate"] == 6

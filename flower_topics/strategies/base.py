@@ -423,6 +423,9 @@ class TopicStrategy(Strategy):
         if self.secure is not None:
             extra = self._secure_setup(server_round, nodes, grid)
         carried, self._carried = None, None
+        if self.evaluation_pending(server_round - 1) and not extra:
+            log(WARNING, "round %d: no training message to carry round %d's evaluation; it is not scored",
+                server_round, server_round - 1)
         if self.evaluation_pending(server_round - 1) and extra:
             carried, *pending = self._evaluation_request(server_round - 1, arrays)
             self._carried = PendingEvaluation(server_round - 1, *pending)

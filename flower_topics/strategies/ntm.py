@@ -218,6 +218,10 @@ class NTM(TopicStrategy):
             return []
         return super().configure_train(server_round, arrays, config, grid)
 
+    def carries_evaluation(self, server_round: int) -> bool:
+        """As the base's, but not once training stopped: the next round sends no training message to carry it."""
+        return not self.stopped and super().carries_evaluation(server_round)
+
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The base's screening and validation; after a stop, the model is kept without a warning."""
