@@ -4,7 +4,8 @@ The same ServerApp serves Flower's simulation engine and its deployment engine, 
 never opens a party's corpus: the vocabulary comes from the parties (or a public file), the
 model's quality from their sums over their own documents (``dplda.public-corpus`` is public
 text the user names for the server). Each round a line is appended
-to ``metrics.jsonl``; at the end the model, its top words and the plots are written.
+to ``metrics.jsonl`` (a round scored by the next round's training messages: once that round
+ends, with its evaluation); at the end the model, its top words and the plots are written.
 """
 
 from __future__ import annotations
