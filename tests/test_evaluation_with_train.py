@@ -159,3 +159,17 @@ def test_an_ntm_run_that_stops_early_scores_every_round_by_its_own_messages_once
     assert [r["round"] for r in rows] == [1, 2, 3, 4]
     assert [r.get("eval_parties") for r in rows] == [2, 2, 2, 2]
     assert grid.sent["train.ntm"] == 4 and grid.sent["evaluate"] == 6
+
+
+def test_evaluation_keys_name_everything_combine_returns():
+    """What a resume reads back of a written line (RoundRecorder.reopen) is every metric of a pooled evaluation."""
+    from flower_topics.evaluation import federated as evaluation
+    from flower_topics.metrics.pooled_sums import HeldOut
+
+    phi = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+    top = evaluation.coherence_word_ids(phi, 10)
+    pairs = evaluation.topic_pairs(*top)
+    part = evaluation.PartyScores(HeldOut(-10.0, 8, 0), 5, np.array([3, 2, 4]), np.ones(len(pairs), np.int64),
+                                  np.array([[2, 0], [1, 3]]), ("a", "b"))
+    metrics = evaluation.combine([part], phi, top, pairs)
+    assert {"perplexity", "npmi", "umass", "nmi", "purity"} <= set(metrics) <= set(evaluation_keys())
