@@ -11,7 +11,10 @@ datasets, else ``embedded``). On it, one run after the other:
   messages of the method's rounds (``send-bytes`` / ``reply-bytes``: a round of the first
   method, each way, per party), one exchange a round, as a round of ``lda``;
 - each of ``--methods`` (flower-topics' own ServerApp and ClientApp), ``--rounds`` rounds,
-  the ``union`` vocabulary agreement first, no federated evaluation.
+  the ``union`` vocabulary agreement first, no federated evaluation; with ``--eval-every N``
+  (N > 0) each method runs twice, scored every N rounds: with ``eval-with-train=false``
+  (an ``evaluate`` message to every party after each scored round) and with the default
+  (a scored round other than the last scored by the next round's training messages).
 
 Every SuperNode runs with ``FLOWER_TOPICS_TIMINGS`` set (:mod:`flower_topics.federation.message_timing`):
 each ClientApp process writes how long it ran from its start to its reply (wall and CPU),
@@ -24,6 +27,8 @@ slowest party's CPU: the round as separate hosts would see it, where each party'
 has its own core (the rest of the round, the server's work and the messages' transfer, as
 measured here). The parties' own compute is the handler's ``compute`` stage. With
 ``--parties`` SuperNodes sharing the machine's cores, the wall time is the contended one.
+**messages**: the ClientApp processes the run started (one a message a party received), from
+the timing lines; **run**: the run's seconds from submission to completion.
 Writes ``results.md`` (and ``timings-<run>.jsonl``) into ``--out``. Every process binds
 127.0.0.1 and is stopped by its PID.
 """
@@ -149,6 +154,8 @@ def main() -> None:
     parser.add_argument("--num-topics", type=int, default=20)
     parser.add_argument("--corpus-cache", action="store_true", help="give each party a corpus-cache folder")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="score every N rounds, each method with and without eval-with-train (0 = no evaluation)")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -180,31 +187,40 @@ def main() -> None:
                 time.sleep(1.0)
             base = {"num-rounds": args.rounds, "min-nodes": args.parties}
             sizes: tuple[int, int] | None = None
-            for method in args.methods:
-                config = {**base, "method": method, "num-topics": args.num_topics, "federated-eval": False,
+            evaluations = ([("", {"federated-eval": False})] if args.eval_every <= 0 else
+                           [(", evaluate messages", {"eval-every": args.eval_every, "eval-with-train": False}),
+                            (", evaluation with training", {"eval-every": args.eval_every})])
+            lda_out = out / "lda"  # the first lda run's: fedlda and dplda use its vocabulary
+            for method, (variant, evaluation) in itertools.product(args.methods, evaluations):
+                name = f"{method}{variant}"
+                config = {**base, "method": method, "num-topics": args.num_topics, **evaluation,
                           "dataset": "/nonexistent/the-server-reads-no-corpus", "seed": 0,
-                          "output-dir": str(out / method)}
+                          "output-dir": str(out / name.replace(", ", "-").replace(" ", "-"))}
                 if method in ("fedlda", "dplda"):
-                    config["vocabulary"] = str(out / "lda" / "vocabulary.txt")
+                    config["vocabulary"] = str(lda_out / "vocabulary.txt")
                 if method == "dplda":
                     config.update({"dplda.init": "random"})
                 started = time.time()
                 metrics = one_run(apps["topics"], home, config, args.timeout)
+                if method == "lda" and lda_out == out / "lda":
+                    lda_out = Path(config["output-dir"])
                 timings = take_timings(timing_files)
-                (out / f"timings-{method}.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
-                rows[method] = {**round_figures(metrics, timings, method, args.parties),
-                                "run": time.time() - started}
+                (out / f"timings-{Path(config['output-dir']).name}.jsonl").write_text(
+                    "".join(json.dumps(t) + "\n" for t in timings))
+                rows[name] = {**round_figures(metrics, timings, method, args.parties),
+                              "run": time.time() - started, "messages": len(timings)}
                 if sizes is None:
                     last = metrics[-1]
                     sizes = (int(last["bytes_sent"]) // args.parties, int(last["bytes_received"]) // args.parties)
-                print(method, json.dumps(rows[method]), flush=True)
+                print(name, json.dumps(rows[name]), flush=True)
             assert sizes is not None
             started = time.time()
             config = {**base, "send-bytes": sizes[0], "reply-bytes": sizes[1], "output-dir": str(out / "floor")}
             metrics = one_run(apps["floor"], home, config, args.timeout)
             timings = take_timings(timing_files)
             (out / "timings-floor.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
-            rows["floor"] = {**round_figures(metrics, timings, "floor", args.parties), "run": time.time() - started}
+            rows["floor"] = {**round_figures(metrics, timings, "floor", args.parties), "run": time.time() - started,
+                             "messages": len(timings)}
             print("floor", json.dumps(rows["floor"]), flush=True)
             assert link.poll() is None and all(node.poll() is None for node in nodes)
     finally:
@@ -216,14 +232,15 @@ def main() -> None:
              f"messages {sizes[0] / 1e6:.2f} MB to each party, {sizes[1] / 1e6:.2f} MB back; "
              f"medians over rounds 2-{args.rounds}"),
              "", ("| run | s / round (wall) | critical path (s) | slowest party: start to reply (s) | its CPU (s) | "
-             "its start to handler (s) | data (s) | compute (s) | state (s) | 1.3 x (floor + compute): wall, critical |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "its start to handler (s) | data (s) | compute (s) | state (s) | 1.3 x (floor + compute): wall, critical | "
+             "messages | run (s) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         target = "" if name == "floor" else (f"{1.3 * (floor['wall'] + r['compute']):.2f}, "
                                              f"{1.3 * (floor['critical'] + r['compute']):.2f}")
         lines.append(f"| {name} | {r['wall']:.2f} | {r['critical']:.2f} | {r['slowest']:.2f} | "
                      f"{r['slowest_cpu']:.2f} | {r['before_handler']:.2f} | {r['data']:.2f} | {r['compute']:.2f} | "
-                     f"{r['state']:.3f} | {target} |")
+                     f"{r['state']:.3f} | {target} | {r['messages']} | {r['run']:.1f} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

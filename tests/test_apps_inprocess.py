@@ -31,13 +31,20 @@ SMALL = {
 
 def spying(app):
     """``(client, seen)``: ``client`` runs ``app`` and records in ``seen`` every training reply's content,
-    what the server receives from a node in a round (tests/test_wire_audit.py checks every message)."""
+    what the server receives from a node in a round (tests/test_wire_audit.py checks every message), without
+    the evaluation a training reply may carry (an evaluate reply's records under ``evaluate.``, which the wire
+    audit checks as one)."""
+    from flower_topics.evaluation.federated import split_carried
+
     seen = []
 
     def client(msg, context):
         reply = app(msg, context)
         if msg.metadata.message_type.startswith("train."):
-            seen.append(reply.content)
+            content, carried = split_carried(reply.content)
+            assert carried is None or set(carried.keys()) in ({"update", "metrics", "sender", "config"}, {"error"})
+            assert (carried is None) == (split_carried(msg.content)[1] is None)  # only when it was asked for
+            seen.append(content)
         return reply
 
     return client, seen

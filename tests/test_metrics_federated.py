@@ -297,7 +297,7 @@ def test_lda_evaluates_with_its_counts_and_the_party_scores_the_servers_matrix_b
     cells = rng.choice(counts.size, size=4000, replace=False)
     counts.flat[cells] = rng.integers(1, 500, size=cells.size)
     strategy, arrays = _lda_strategy_with_counts(counts, beta=0.013)
-    (message, _) = strategy.configure_evaluate(2, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))
+    (message, _) = strategy.configure_evaluate(3, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))  # the last round: its own message
     sent = message.content["arrays"]
     assert evaluation.PHI_KEY not in sent and set(sent.keys()) == set(evaluation.wire_counts.keys(evaluation.COUNTS_KEY))
     nbytes = sum(a.numpy().nbytes for a in sent.values())
@@ -322,7 +322,7 @@ def test_the_server_pools_with_exactly_the_matrix_and_top_words_a_party_holds() 
     counts = rng.integers(0, 40, size=(6, 500)).astype(np.int32)
     strategy, arrays = _lda_strategy_with_counts(counts, beta=0.37)
     strategy.evaluation_counts = lambda arrays: None  # as a method that sends its matrix
-    (message, _) = strategy.configure_evaluate(2, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))
+    (message, _) = strategy.configure_evaluate(3, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))  # the last round: its own message
     got = evaluation.received_model(message.content, counts.shape[1])
     assert evaluation.PHI_KEY in message.content["arrays"] and np.array_equal(got, strategy._eval_phi)
     assert np.array_equal(strategy._eval_top[0], evaluation.coherence_word_ids(got, 10)[0])

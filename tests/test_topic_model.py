@@ -15,7 +15,7 @@ from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from tests.test_trust_boundary import BASE, TOPICS, write_corpus
-from tests.wire_audit import Audit, party_sizes
+from tests.wire_audit import CARRIED_KIND, Audit, party_sizes
 
 
 def _read_csv(path):
@@ -44,7 +44,8 @@ def test_theta_out_is_written_on_the_party_and_nothing_of_it_leaves(tmp_path):
     outs = [tmp_path / "party-a" / "theta.csv", tmp_path / "party-b" / "out" / "theta.csv"]
     model, audit, config, (a, b) = _train(tmp_path, "with", ({"theta-out": str(outs[0])}, {"theta-out": str(outs[1])}))
     # every reply is on the documented list (the wire audit)
-    assert audit.check(party_sizes(lambda context: agreed_documents(context, data_config(config))))["evaluate"] == 2 * 4  # every round
+    seen = audit.check(party_sizes(lambda context: agreed_documents(context, data_config(config))))
+    assert seen["evaluate"] + seen[CARRIED_KIND] == 2 * 4  # every round: the last by its own message
     # and the replies are those of the same run without theta-out: the file changes nothing that is sent
     _, plain, _, _ = _train(tmp_path / "plain", "without")
     assert len(plain.sent) == len(audit.sent)

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from flwr.app import Array, ConfigRecord, Message
+from flwr.app import Array, ConfigRecord, Message, MetricRecord, RecordDict
 
 from flower_topics.evaluation import federated as evaluation
 from flower_topics.federation.vocabulary_agreement import agree_vocabulary
@@ -17,9 +17,10 @@ from flower_topics.metrics.coherence import coherence_word_ids
 from flower_topics.metrics.pooled_sums import cooccurrence
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
+from flower_topics.wire import lda as lda_wire
 from flower_topics.wire.protocol import BAD_INPUT, vocabulary_fingerprint
 from tests.test_trust_boundary import BASE, TOPICS, write_corpus
-from tests.wire_audit import Audit, AuditError, leaky, party_sizes
+from tests.wire_audit import CARRIED_KIND, Audit, AuditError, leaky, party_sizes
 
 
 def _run(tmp_path, method, client=None, **extra):
@@ -51,7 +52,8 @@ def test_every_message_a_party_sends_is_on_the_documented_list(tmp_path, method)
     audit, sizes = _run(tmp_path, method)
     seen = audit.check(sizes, _documents)
     stages = {"query.vocabulary": 2, f"train.{method}": 6}
-    stages.update({} if method == "dplda" else {"query.candidates": 2, "evaluate": 6})
+    # 3 rounds scored: rounds 1 and 2 by the training messages of rounds 2 and 3, round 3 by its own message
+    stages.update({} if method == "dplda" else {"query.candidates": 2, "evaluate": 2, CARRIED_KIND: 4})
     assert seen == stages
 
 
@@ -125,20 +127,55 @@ def _honest_phi(vocabulary):
     return phi / phi.sum(axis=1, keepdims=True)
 
 
-def _evaluate(grid, vocabulary, phi, word_ids=None):
+def _crafted_request(vocabulary, phi, word_ids=None):
     settings = evaluation.EvaluationSettings(every=1, num_rounds=1, n_iter=5)
     content = evaluation.request(_honest_phi(vocabulary), settings, vocabulary_fingerprint(vocabulary), 1)
     content["arrays"][evaluation.PHI_KEY] = Array(np.asarray(phi))  # as the server crafted it, not normalized
     if word_ids is not None:  # what the server used to send beside phi, here chosen by the server
         content["arrays"]["word-ids"] = Array(np.asarray(word_ids, dtype=np.int64))
-    (reply,) = grid.send_and_receive([Message(content=content, message_type=evaluation.MESSAGE_TYPE,
-                                              dst_node_id=101)])
+    return content
+
+
+def _evaluate(grid, vocabulary, phi, word_ids=None):
+    (reply,) = grid.send_and_receive([Message(content=_crafted_request(vocabulary, phi, word_ids),
+                                              message_type=evaluation.MESSAGE_TYPE, dst_node_id=101)])
     return reply
 
 
-def test_a_hostile_server_naming_rare_word_ids_does_not_get_their_co_document_counts(tmp_path):
-    """The server sends a valid model but names other word ids (the rare 'smith' among them): the party
-    answers only the counts of that model's own top words, or refuses; never the named words' counts."""
+def _train_carrying(grid, vocabulary, phi, word_ids=None):
+    """An honest ``train.lda`` message of round 2 that carries the crafted evaluation request."""
+    settings = lda_wire.LDASettings(n_topics=1, alpha=0.1, beta=0.01, local_sweeps=1)
+    content = RecordDict({
+        "config": ConfigRecord({**settings.to_record(), "vocabulary": vocabulary_fingerprint(vocabulary),
+                                "server-round": 2, "last-applied-round": 0}),
+        "arrays": lda_wire.counts_arrays(np.zeros((1, len(vocabulary)), dtype=np.int64)),
+    })
+    evaluation.carry_request(content, _crafted_request(vocabulary, phi, word_ids))
+    (reply,) = grid.send_and_receive([Message(content=content, message_type="train.lda", dst_node_id=101)])
+    assert not reply.has_error(), reply.error.reason  # the party trains whatever the evaluation request is
+    return reply
+
+
+def _answers(reply):
+    """An ``evaluate`` reply, or the evaluation a training reply carries, as (error line or None, update)."""
+    if reply.metadata.message_type == evaluation.MESSAGE_TYPE:
+        return (reply.error.reason if reply.has_error() else None), (None if reply.has_error()
+                                                                     else reply.content["update"])
+    carried = evaluation.split_carried(reply.content)[1]
+    if evaluation.ERROR_RECORD in carried.config_records:
+        assert set(carried.keys()) == {evaluation.ERROR_RECORD}  # the reason only, no counts
+        return str(carried[evaluation.ERROR_RECORD]["reason"]), None
+    return None, carried["update"]
+
+
+SEND = {"evaluate": _evaluate, "with training": _train_carrying}
+
+
+@pytest.mark.parametrize("send", list(SEND))
+def test_a_hostile_server_naming_rare_word_ids_does_not_get_their_co_document_counts(tmp_path, send):
+    """The server sends a valid model but names other word ids (the rare 'smith' among them), in an ``evaluate``
+    message or carried by a training message: the party answers only the counts of that model's own top words, or
+    refuses; never the named words' counts."""
     grid, audit, vocabulary, config = _hostile_setup(tmp_path)
     phi = _honest_phi(vocabulary)
     top = coherence_word_ids(phi, 10)[1]
@@ -146,12 +183,13 @@ def test_a_hostile_server_naming_rare_word_ids_does_not_get_their_co_document_co
     smith = vocabulary.index("smith")
     rare = np.sort(np.concatenate([[smith], others[others != smith][: top.size - 1]]))
     assert smith in rare and rare.size == top.size  # the same shape as an honest reply
-    reply = _evaluate(grid, vocabulary, phi, rare)
+    reply = SEND[send](grid, vocabulary, phi, rare)
     training = _documents(grid.contexts[101]).training
-    if reply.has_error():
-        assert reply.error.code == BAD_INPUT and "\n" not in reply.error.reason
+    error, update = _answers(reply)
+    if error is not None:
+        assert "\n" not in error and (send != "evaluate" or reply.error.code == BAD_INPUT)
     else:
-        sent = reply.content["update"][evaluation.DOC_FREQ].numpy()
+        sent = update[evaluation.DOC_FREQ].numpy()
         np.testing.assert_array_equal(sent, cooccurrence(training, top).doc_freq)
     audit.check(party_sizes(_documents), _documents)  # every reply, the agreement's included, passes the audit
 
@@ -163,28 +201,36 @@ def test_a_hostile_server_naming_rare_word_ids_does_not_get_their_co_document_co
     (lambda phi: np.hstack([phi, np.zeros((1, 1))]), "columns"),
     (lambda phi: phi[0], "K x V"),
 ])
-def test_a_party_refuses_a_model_that_is_not_a_topic_word_matrix_over_its_vocabulary(tmp_path, craft, why):
-    """A crafted phi (unnormalized rows that put rare words on top, negative or NaN entries, another V):
-    one BAD_INPUT line, no counts."""
-    grid, _, vocabulary, _ = _hostile_setup(tmp_path)
-    reply = _evaluate(grid, vocabulary, craft(_honest_phi(vocabulary)))
-    assert reply.has_error() and reply.error.code == BAD_INPUT, reply.error.reason if reply.has_error() else reply
-    assert why in reply.error.reason and "\n" not in reply.error.reason
+@pytest.mark.parametrize("send", list(SEND))
+def test_a_party_refuses_a_model_that_is_not_a_topic_word_matrix_over_its_vocabulary(tmp_path, craft, why, send):
+    """A crafted phi (unnormalized rows that put rare words on top, negative or NaN entries, another V): one
+    BAD_INPUT line, no counts; carried by a training message, one line in the (valid) training reply, no counts."""
+    grid, audit, vocabulary, _ = _hostile_setup(tmp_path)
+    reply = SEND[send](grid, vocabulary, craft(_honest_phi(vocabulary)))
+    error, update = _answers(reply)
+    assert error is not None and update is None, reply
+    assert why in error and "\n" not in error
+    assert send != "evaluate" or reply.error.code == BAD_INPUT
+    audit.check(party_sizes(_documents), _documents)
 
 
-def test_the_audit_fails_on_a_party_that_answers_counts_of_other_words(tmp_path):
-    """Same shapes, other words: only recomputing the counts from the party's documents catches it."""
+@pytest.mark.parametrize("kind", ["evaluate", "train.lda"])
+def test_the_audit_fails_on_a_party_that_answers_counts_of_other_words(tmp_path, kind):
+    """Same shapes, other words, in an ``evaluate`` reply or the evaluation a training reply carries: only
+    recomputing the counts from the party's documents catches it."""
+    record = "update" if kind == "evaluate" else f"{evaluation.CARRIED}update"
+
     def other_words(app):
         def client(msg, context):
             reply = app(msg, context)
-            if msg.metadata.message_type == "evaluate" and not reply.has_error():
+            if msg.metadata.message_type == kind and not reply.has_error() and record in reply.content:
                 training = _documents(context).training
-                n = reply.content["update"][evaluation.DOC_FREQ].numpy().size
-                n_pairs = reply.content["update"][evaluation.CO_DOC_FREQ].numpy().size
+                n = reply.content[record][evaluation.DOC_FREQ].numpy().size
+                n_pairs = reply.content[record][evaluation.CO_DOC_FREQ].numpy().size
                 co = cooccurrence(training, np.arange(training.n_words)[::-1][:n])
                 first, second = np.triu_indices(n, 1)
-                reply.content["update"][evaluation.DOC_FREQ] = Array(co.doc_freq)
-                reply.content["update"][evaluation.CO_DOC_FREQ] = Array(co.co_doc_freq[first, second][:n_pairs])
+                reply.content[record][evaluation.DOC_FREQ] = Array(co.doc_freq)
+                reply.content[record][evaluation.CO_DOC_FREQ] = Array(co.co_doc_freq[first, second][:n_pairs])
             return reply
         return client
 
@@ -192,6 +238,21 @@ def test_the_audit_fails_on_a_party_that_answers_counts_of_other_words(tmp_path)
     audit.check(sizes)  # keys, dtypes and shapes are all as documented
     with pytest.raises(AuditError, match="not the top words of the model it was sent"):
         audit.check(sizes, _documents)
+
+
+def test_the_audit_fails_on_evaluation_sums_a_training_message_did_not_ask_for(tmp_path):
+    """A party that adds evaluation records to a training reply whose message carried no evaluation (round 1)."""
+    def unasked(app):
+        def client(msg, context):
+            reply = app(msg, context)
+            if msg.metadata.message_type == "train.lda" and int(msg.content["config"]["server-round"]) == 1:
+                reply.content[f"{evaluation.CARRIED}metrics"] = MetricRecord({"n-docs": 50})
+            return reply
+        return client
+
+    audit, sizes = _run(tmp_path, "lda", client=unasked)
+    with pytest.raises(AuditError, match="without one"):
+        audit.check(sizes)
 
 
 @pytest.mark.parametrize("method, epoch", [("dplda", 10), ("lda", 10), ("dplda", 1)])

@@ -21,7 +21,11 @@ What may leave a party, by message type (README, "What leaves a party"):
   its counts of documents left out; under secure aggregation one masked integer vector and the labels;
 - ``evaluate``: the evaluation sums (:func:`flower_topics.evaluation.federated.reply_spec`) and its label
   names; the document frequencies are those of the top words of the model the party was sent
-  (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names.
+  (:func:`flower_topics.metrics.coherence.coherence_word_ids`), never of words the server names;
+- a ``train.<method>`` message that carries an evaluation (records ``evaluate.<name>``): its reply is
+  the method's protocol plus, under the same prefix, exactly an ``evaluate`` reply to the carried
+  request (checked as one), or one ``evaluate.error`` record with a one-line ``reason``; a reply to
+  a training message that carries none has no such record.
 
 Beyond the protocol's keys, dtypes and shapes (which pin every axis to K, V or the number
 of top words, except a few documented free axes), the audit checks that no reply carries a
@@ -38,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from flower_topics.evaluation import federated as evaluation
 from flower_topics.methods import METHODS
@@ -62,6 +66,10 @@ DOCUMENTED_FREE_AXES = {
     ("topic-word-delta.values", 0): "lda: the nonzero cells of its K x V count change (K x V when sent dense)",
     (prevalence.SUMS, 1): "prevalence: the party's own periods (a plain release without public periods)",
 }
+
+
+#: What :meth:`Audit.check` counts a training reply that carried an evaluation as (besides its ``train.<method>``).
+CARRIED_KIND = "evaluate (with training)"
 
 
 class AuditError(AssertionError):
@@ -88,7 +96,8 @@ class Audit:
 
         With ``documents_of(context)`` (the party's ``AgreedDocuments``), every ``evaluate``
         reply's co-document counts are also recomputed from the model it answered.
-        Returns the number of replies checked per message type.
+        Returns the number of replies checked per message type (and, as :data:`CARRIED_KIND`, how many
+        training replies carried an evaluation).
         """
         seen: dict[str, int] = {}
         for request, reply, context in self.sent:
@@ -100,14 +109,20 @@ class Audit:
                 _secure_sum_reply(request, reply, context.node_id)
                 continue
             spec, free_axes = _spec(request)
+            content = reply.content
             try:
+                if kind.startswith("train."):
+                    content = _carried_evaluation(request, reply, documents_of and documents_of(context),
+                                                  context.node_id)
+                    if len(content) < len(reply.content):
+                        seen[CARRIED_KIND] = seen.get(CARRIED_KIND, 0) + 1
                 if spec is None:
                     if set(reply.content.keys()) != {METRICS} or dict(reply.content[METRICS]) not in (
                             {agreement.NODE_CORPUS: 0}, {agreement.NODE_CORPUS: 1}):
                         raise ReplyError(f"unexpected records {sorted(reply.content.keys())}: "
                                          f"{ {k: dict(v) for k, v in reply.content.items()} }")
                 else:
-                    validate_reply(reply.content, spec)
+                    validate_reply(content, spec)
             except ReplyError as exc:
                 raise AuditError(f"{kind} reply of node {context.node_id}: {exc}") from None
             if kind == prevalence.PREVALENCE and str(request.content[CONFIG]["periods"]) and \
@@ -116,8 +131,31 @@ class Audit:
             _no_strings(kind, reply)
             _no_per_document_arrays(kind, reply, sizes(context), free_axes)
             if kind == evaluation.MESSAGE_TYPE and documents_of is not None:
-                _only_top_words(request, reply, documents_of(context), context.node_id)
+                _only_top_words(request.content, reply.content, documents_of(context), context.node_id)
         return seen
+
+
+def _carried_evaluation(request: Message, reply: Message, documents: Any, node_id: int) -> RecordDict:
+    """The training reply's own records, once its carried evaluation (if any) is checked as an ``evaluate`` reply
+    to the carried request; a reply that carries an evaluation it was not asked for fails."""
+    asked = evaluation.split_carried(request.content)[1]
+    content, carried = evaluation.split_carried(reply.content)
+    if carried is None:
+        return content
+    if asked is None:
+        raise ReplyError(f"evaluation records {sorted(carried.keys())} in a reply to a training message without one")
+    if evaluation.ERROR_RECORD in carried.config_records:
+        if set(carried.keys()) != {evaluation.ERROR_RECORD} or \
+                set(carried[evaluation.ERROR_RECORD].keys()) != {"reason"}:
+            raise ReplyError(f"the carried evaluation's error has {sorted(carried.keys())}")
+        return content
+    phi = evaluation.received_model(asked, _vocabulary_size(asked[CONFIG]))
+    top_ids, word_ids = coherence_word_ids(phi, 10)
+    validate_reply(carried, evaluation.reply_spec(phi.shape[0], word_ids.size,
+                                                  len(evaluation.topic_pairs(top_ids, word_ids))))
+    if documents is not None:
+        _only_top_words(asked, carried, documents, node_id)
+    return content
 
 
 def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
@@ -185,9 +223,10 @@ def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
                 raise AuditError(f"secure sum 'unmask' reply of node {node_id}: wrong shares for node {owner}")
 
 
-def _sent_model(request: Message) -> np.ndarray:
-    """The topic-word matrix an ``evaluate`` request stands for (either form), as the party reads it."""
-    return evaluation.received_model(request.content, _vocabulary_size(request.content["config"]))
+def _sent_model(request: Message | RecordDict) -> np.ndarray:
+    """The topic-word matrix an ``evaluate`` request (or its content) stands for (either form), as the party reads it."""
+    content = request if isinstance(request, RecordDict) else request.content
+    return evaluation.received_model(content, _vocabulary_size(content["config"]))
 
 
 def _vocabulary_size(config: Any) -> int:
@@ -195,14 +234,14 @@ def _vocabulary_size(config: Any) -> int:
     return int(str(config["vocabulary"]).split(":")[0])
 
 
-def _only_top_words(request: Message, reply: Message, documents: Any, node_id: int) -> None:
+def _only_top_words(request: RecordDict, reply: RecordDict, documents: Any, node_id: int) -> None:
     """The reply's D(w) and D(wi, wj) are the counts of the top words of the model it was sent, and of the pairs
-    of them within a topic only (:func:`flower_topics.evaluation.federated.topic_pairs`)."""
+    of them within a topic only (:func:`flower_topics.evaluation.federated.topic_pairs`); both as contents."""
     phi = _sent_model(request)
     top_ids, word_ids = coherence_word_ids(phi, 10)
     honest = cooccurrence(documents.training, word_ids)
     pairs = evaluation.topic_pairs(top_ids, word_ids)
-    update = reply.content["update"]
+    update = reply["update"]
     if not (np.array_equal(update[evaluation.DOC_FREQ].numpy(), honest.doc_freq)
             and np.array_equal(update[evaluation.CO_DOC_FREQ].numpy(),
                                honest.co_doc_freq[pairs[:, 0], pairs[:, 1]])):
@@ -211,8 +250,9 @@ def _only_top_words(request: Message, reply: Message, documents: Any, node_id: i
 
 
 def _no_strings(kind: str, reply: Message) -> None:
-    allowed = {(CONFIG, agreement.WORDS), (CONFIG, "curated"), (CONFIG, evaluation.LABELS), ("sender", "method"),
-               (CONFIG, "periods")}
+    allowed = {(CONFIG, agreement.WORDS), (CONFIG, "curated"), (CONFIG, evaluation.LABELS), ("sender", "method")}
+    allowed |= {(f"{evaluation.CARRIED}{name}", key) for name, key in allowed} \
+        | {(f"{evaluation.CARRIED}{evaluation.ERROR_RECORD}", "reason"), (CONFIG, "periods")}
     for name, record in reply.content.items():
         if isinstance(record, ConfigRecord):
             for key, value in record.items():

@@ -39,6 +39,16 @@ party, those sums (its held-out token count and log-likelihood, its number of tr
 documents, the document frequencies of the current top words and of their pairs within a
 topic, and its label names with their counts per topic). ``federated-eval=false`` turns it off.
 
+Carried with training: for a method whose strategy opts in
+(:attr:`~flower_topics.strategies.base.TopicStrategy.evaluation_with_train`), an evaluation
+round that is not the last sends no ``evaluate`` message. Its request (the same records, the
+model of that round) travels in the next round's ``train.<method>`` message, under the record
+names of :func:`carry_request` (:data:`CARRIED` then the request's name), whose global model
+is that same model; the party scores it before its local step, and its train reply carries
+the sums under the same prefix (:func:`carry_reply`), or, when it could not score them, one
+line :data:`CARRIED_ERROR` with the reason, as an ``evaluate`` error reply says it. The
+checks, the sums and what they release are those of an ``evaluate`` message.
+
 What the top-words check does not stop: the party cannot tell the global model from a
 crafted one. A hostile server that builds a valid phi whose rows put chosen words on top
 still chooses which words' document frequencies and co-document frequencies it learns:
@@ -74,6 +84,7 @@ from flower_topics.wire import counts as wire_counts
 from flower_topics.wire.agreement import join_words, split_words
 from flower_topics.wire.protocol import (
     ARRAYS,
+    CARRIED,
     CONFIG,
     METRICS,
     SENDER,
@@ -102,6 +113,9 @@ CO_DOC_FREQ = "co-doc-freq"
 CONTINGENCY = "contingency"
 LABELS = "labels"
 SUMS = ("neg-loglik", "n-tokens", "n-oov", "n-docs")
+#: The carried record (after :func:`split_carried`) of a training reply that says, in one line (key ``reason``), why
+#: the party did not score the model.
+ERROR_RECORD = "error"
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,9 @@ class EvaluationSettings:
         Seed of the document-completion halves (public).
     labels : bool
         Also the topic-by-label tables, in the last round.
+    with_train : bool
+        A scored round other than the last may be scored by the next round's training messages
+        (where the strategy allows it: :meth:`~flower_topics.strategies.base.TopicStrategy.carries_evaluation`).
     """
 
     every: int
@@ -130,6 +147,7 @@ class EvaluationSettings:
     n_iter: int = 100
     seed: int = 0
     labels: bool = True
+    with_train: bool = True
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "EvaluationSettings | None":
@@ -138,7 +156,8 @@ class EvaluationSettings:
             return None
         return cls(every=eval_interval(config), num_rounds=int(config["num-rounds"]),
                    alpha=float(config["eval-alpha"]), n_iter=int(config["eval-iterations"]),
-                   seed=int(config["seed"]), labels=bool(config["eval-labels"]))
+                   seed=int(config["seed"]), labels=bool(config["eval-labels"]),
+                   with_train=bool(config["eval-with-train"]))
 
     def due(self, server_round: int) -> bool:
         """Whether round ``server_round`` is scored."""
@@ -194,6 +213,33 @@ def counts_request(counts: np.ndarray, beta: float, settings: EvaluationSettings
         CONFIG: ConfigRecord({**_request_config(settings, fingerprint, server_round), BETA: float(beta),
                               TOPICS: int(counts.shape[0])}),
     })
+
+
+def carry_request(train: RecordDict, request: RecordDict) -> None:
+    """Add an ``evaluate`` request's records to a training message's ``train``, each under :data:`CARRIED`."""
+    for name, record in request.items():
+        train[f"{CARRIED}{name}"] = record
+
+
+def split_carried(content: RecordDict) -> tuple[RecordDict, RecordDict | None]:
+    """``(the rest, the carried records)`` of a training message or reply: its records without the
+    :data:`CARRIED` prefix's, and those, named as in an ``evaluate`` message or reply (None when there are none)."""
+    rest, carried = RecordDict(), RecordDict()
+    for name, record in content.items():
+        if name.startswith(CARRIED):
+            carried[name[len(CARRIED):]] = record
+        else:
+            rest[name] = record
+    return rest, (carried if len(carried) else None)
+
+
+def carry_reply(train: RecordDict, sums: RecordDict | None, reason: str = "") -> None:
+    """Add a party's evaluation ``sums`` (:meth:`PartyScorer.scores`) to its training reply ``train``, each record
+    under :data:`CARRIED`; with ``sums`` None, the one-line ``reason`` it could not score the model instead."""
+    if sums is None:
+        train[f"{CARRIED}{ERROR_RECORD}"] = ConfigRecord({"reason": reason})
+    else:
+        carry_request(train, sums)
 
 
 def received_model(content: RecordDict, n_words: int) -> np.ndarray:
@@ -436,8 +482,14 @@ class PartyScores:
 
 def parse_reply(reply: Message, n_topics: int, n_words: int, n_pairs: int) -> PartyScores:
     """A reply's sums, validated (raises :class:`~flower_topics.wire.protocol.ReplyError`)."""
-    arrays, metrics = validate_reply(reply.content, reply_spec(n_topics, n_words, n_pairs))
-    labels = split_words(str(reply.content[CONFIG][LABELS]))
+    return parse_sums(reply.content, n_topics, n_words, n_pairs)
+
+
+def parse_sums(content: RecordDict, n_topics: int, n_words: int, n_pairs: int) -> PartyScores:
+    """:func:`parse_reply` of a reply's content (an ``evaluate`` reply's, or the carried records of a training
+    reply, :func:`split_carried`)."""
+    arrays, metrics = validate_reply(content, reply_spec(n_topics, n_words, n_pairs))
+    labels = split_words(str(content[CONFIG][LABELS]))
     if arrays[CONTINGENCY].shape[1] != len(labels):
         raise ReplyError(f"{arrays[CONTINGENCY].shape[1]} label columns but {len(labels)} label names")
     return PartyScores(HeldOut(-float(metrics["neg-loglik"]), int(metrics["n-tokens"]), int(metrics["n-oov"])),
@@ -483,6 +535,11 @@ def combine(parts: Sequence[PartyScores], phi: np.ndarray, top: tuple[np.ndarray
                 table[:, column[name]] += p.contingency[:, j]
         metrics["nmi"], metrics["purity"] = nmi_purity_from_contingency(table)
     return metrics
+
+
+def evaluation_keys() -> tuple[str, ...]:
+    """The keys :func:`combine` may return (what a ``metrics.jsonl`` line holds of a federated evaluation)."""
+    return ("n_eval_tokens", "n_oov", "diversity", "eval_parties", "perplexity", "npmi", "umass", "nmi", "purity")
 
 
 def numeric(metrics: Mapping[str, Any]) -> Iterable[tuple[str, float]]:

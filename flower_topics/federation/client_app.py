@@ -50,7 +50,8 @@ from flower_topics.methods import METHODS, MethodSpec, all_node_options
 from flower_topics.options import coerce
 from flower_topics.wire import agreement
 from flower_topics.wire.agreement import split_words
-from flower_topics.wire.protocol import ARRAYS, BAD_INPUT, CONFIG, METRICS, SENDER, UPDATE, vocabulary_fingerprint
+from flower_topics.wire.protocol import (ARRAYS, BAD_INPUT, CARRIED, CONFIG, METRICS, SENDER, UPDATE,
+                                         vocabulary_fingerprint)
 
 if TYPE_CHECKING:
     from flower_topics.evaluation.federated import PartyScorer
@@ -233,6 +234,7 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     settings = party_settings(spec, msg, context)
     secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
     corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
+    scored = carried_evaluation(msg, context, config)  # the model it receives, before the local step
     step = spec.local_step()
     state_name = f"{spec.name}-state"
     with message_timing.stage("state"):
@@ -255,7 +257,35 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
         METRICS: MetricRecord(metrics),
         SENDER: ConfigRecord({"method": spec.name}),
     })
+    if scored is not None:
+        from flower_topics.evaluation.federated import carry_reply
+
+        carry_reply(content, *scored)
     return Message(content=content, reply_to=msg)
+
+
+def carried_evaluation(msg: Message, context: Context, config: Mapping[str, Any]
+                       ) -> tuple[RecordDict | None, str] | None:
+    """The evaluation a training message carries (:mod:`flower_topics.evaluation.federated`), scored as an
+    ``evaluate`` message is: ``(sums, "")``; None when it carries none. A party that does not score it (a
+    model it refuses, a privacy ledger that refuses an unaccounted release) returns ``(None, reason)`` and
+    trains all the same, as it answers an ``evaluate`` message it refuses with an error and the next round."""
+    if not any(name.startswith(CARRIED) for name in msg.content):
+        return None
+    from flower_topics.evaluation.federated import split_carried
+
+    request = split_carried(msg.content)[1]
+    try:
+        party_ledger.record_round(context, config, "evaluation", None, "federated evaluation (its sums carry no noise)")
+        with message_timing.stage("evaluation"):
+            documents = agreed_documents(context, config, str(request[CONFIG]["vocabulary"]))
+            return documents.scorer.scores(request), ""
+    except UserInputError as exc:
+        log(ERROR, "flower-topics: evaluation: %s", exc)
+        return None, f"evaluation: {exc.reply}"
+    except (KeyError, TypeError, ValueError) as exc:  # not an evaluate request (a record or key missing)
+        log(ERROR, "flower-topics: evaluation: a malformed request (%s: %s)", type(exc).__name__, exc)
+        return None, "evaluation: a malformed request"
 
 
 def secure_sum_stage(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:

@@ -1,9 +1,10 @@
 """A party's documents' topics under the global model, kept on the party (node config ``theta-out``).
 
 In a federated run a party whose node config sets ``theta-out`` writes its documents' topics
-there at each federated evaluation, against the global model the ``evaluate`` message carries
-(the last one is the final model: evaluation always runs in the last round). The file stays on
-the party: nothing of it enters a reply.
+there at each ``evaluate`` message, against the global model it carries (the last one is the
+final model: the last round is always scored by an ``evaluate`` message of its own; an
+evaluation carried by a training message writes nothing). The file stays on the party: nothing
+of it enters a reply.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ The same ServerApp serves Flower's simulation engine and its deployment engine, 
 never opens a party's corpus: the vocabulary comes from the parties (or a public file), the
 model's quality from their sums over their own documents (``dplda.public-corpus`` is public
 text the user names for the server). Each round a line is appended
-to ``metrics.jsonl``; at the end the model, its top words and the plots are written.
+to ``metrics.jsonl`` (a round scored by the next round's training messages: once that round
+ends, with its evaluation); at the end the model, its top words and the plots are written.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import SYNTHETIC, synthetic_config
 from flower_topics.data.synthetic import make_synthetic_corpus
 from flower_topics.errors import UserInputError
-from flower_topics.evaluation.federated import is_eval_round
+from flower_topics.evaluation.federated import evaluation_keys, is_eval_round
 from flower_topics.methods import get_method
 from flower_topics.metrics.diversity import topic_diversity
 from flower_topics.metrics.similarity import align_topics, topic_similarity_score
@@ -51,7 +52,9 @@ class RoundRecorder:
     The line holds the round's traffic, the privacy report so far and, on evaluation
     rounds, the metrics the parties' sums gave (federated evaluation), the model's
     diversity and, for the synthetic corpus of a simulation, its similarity to the true
-    topics.
+    topics. The line of a round whose evaluation travels with the next round's training
+    messages (:meth:`~flower_topics.strategies.base.TopicStrategy.carries_evaluation`) is
+    held until that round ends, then written, with its evaluation, before the next line.
 
     Parameters
     ----------
@@ -79,6 +82,7 @@ class RoundRecorder:
         self.last: dict[str, Any] = {}  # the latest value of every metric (evaluation rounds included)
         self.restore_seconds: float | None = None
         self.resume_seconds: float | None = None
+        self.pending: tuple[dict[str, Any], str] | None = None  # a line and its privacy summary waiting for its evaluation (see the class docstring)
 
     def resumed(self, rows: Sequence[Mapping[str, Any]], restore_seconds: float, resume_seconds: float) -> None:
         """Continue after the rounds of ``rows`` (the interrupted run's metrics): the wall time goes on from
@@ -113,6 +117,48 @@ class RoundRecorder:
         """Record round ``server_round`` (round 0, the empty initial model, is skipped)."""
         if server_round == 0:
             return None
+        self.flush()
+        row, summary = self.row(server_round, arrays)
+        if self.strategy.evaluation_pending(server_round):
+            self.pending = row, summary
+        else:
+            self.write(row, summary)
+        return MetricRecord({k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None})
+
+    def reopen(self, server_round: int, arrays: ArrayRecord, rows: Sequence[Mapping[str, Any]]) -> None:
+        """After a resume from round ``server_round``'s checkpoint, whose metrics ``rows`` were carried over: a
+        round whose line was held for its evaluation when the run stopped gets its line now (held again while the
+        next round's training messages carry its evaluation); a written line gives the strategy its evaluation,
+        which is then not asked for again."""
+        written = [row for row in rows if int(row.get("round", 0)) == server_round]
+        if not written and server_round > 0:
+            self.pending = self.row(server_round, arrays)
+            if not self.strategy.evaluation_pending(server_round):
+                self.flush()
+        elif written and is_eval_round(server_round, self.config) and "eval_parties" in written[-1]:
+            self.strategy.evaluations.setdefault(server_round, {
+                key: written[-1][key] for key in evaluation_keys() if key in written[-1]})
+
+    def flush(self) -> None:
+        """Write the line held for its evaluation, with the evaluation the strategy now has (if any)."""
+        if self.pending is None:
+            return
+        (row, summary), self.pending = self.pending, None
+        server_round = int(row["round"])
+        traffic = self.strategy.traffic_metrics(server_round)  # the evaluation's bytes came in after the round
+        row.update({k.replace("-", "_"): traffic[k] for k in ("eval-bytes-sent", "eval-bytes-received")})
+        row.update(self.strategy.evaluations.get(server_round, {}))
+        self.write(row, summary)
+
+    def write(self, row: dict[str, Any], privacy: str) -> None:
+        """Append ``row`` to metrics.jsonl and say it on the console with the ``privacy`` summary."""
+        self.outputs.append_metrics(row)
+        self.last = {**self.last, **row}
+        console.say(console.round_line(row, self.num_rounds, privacy))
+
+    def row(self, server_round: int, arrays: ArrayRecord) -> tuple[dict[str, Any], str]:
+        """Round ``server_round``'s line as the strategy has it now (its evaluation, if it has it), and the
+        privacy report's summary."""
         row: dict[str, Any] = {"round": server_round, "wall_time": time.time() - self.started}
         if server_round == 1:
             row["vocabulary_agreement"] = self.agreement.summary()
@@ -126,10 +172,7 @@ class RoundRecorder:
             if "diversity" not in evaluated or self.truth is not None:  # else the parties' evaluation has it all
                 row.update(server_scores(self.model(arrays), self.truth))
             row.update(evaluated)
-        self.outputs.append_metrics(row)
-        self.last = {**self.last, **row}
-        console.say(console.round_line(row, self.num_rounds, privacy.summary()))
-        return MetricRecord({k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None})
+        return row, privacy.summary()
 
 
 def server_scores(model: TopicModel, truth: tuple[np.ndarray, Sequence[str]] | None) -> dict[str, float]:
@@ -208,7 +251,9 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     data = agreement.data_source(config.dataset)  # the parties' own files unless all hold shares
     recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
     if checkpoint is not None:
-        recorder.resumed(read_metrics(outputs.metrics_path), restored, time.time() - started)
+        carried = read_metrics(outputs.metrics_path)
+        recorder.resumed(carried, restored, time.time() - started)
+        recorder.reopen(start_round, initial, carried)
         console.say("flower-topics: resumed %s after round %d of %d (checkpoint restored in %.2f s, parties "
                     "ready after %.2f s)%s", config["resume"], checkpoint.round, config.num_rounds,
                     restored, recorder.resume_seconds,
@@ -234,6 +279,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
         timeout=timeout,
         evaluate_fn=rounds.evaluate_fn(record),
     )
+    recorder.flush()  # a line still held for its evaluation (a run whose next round did not come)
     if not result.arrays and checkpoint is None:
         raise RuntimeError("no round produced a model: every client reply failed (see the log above)")
     final_arrays = result.arrays if result.arrays else latest[0]

@@ -147,6 +147,9 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "eval-iterations": Option(100, "EM iterations of the theta fold-in for perplexity", at_least(1)),
         "eval-alpha": Option(0.01, "symmetric alpha of the theta fold-in", positive_finite),
         "eval-labels": Option(True, "also NMI and purity in the last round, when the parties have labels"),
+        "eval-with-train": Option(True, "a scored round other than the last is scored by the next round's training "
+                                  "messages, for the methods that allow it, instead of evaluate messages of its "
+                                  "own (one exchange a party fewer)"),
         "verbose": Option(False, "console: also Flower's own lines (the strategy's banner, every record, the final "
                           "dump) and the package's information lines; default: one line a round and a summary"),
         "federated-eval": Option(True, "score the model on the parties' documents every eval-every rounds "

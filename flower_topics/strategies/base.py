@@ -23,6 +23,12 @@ can run the strategy, and does the rest of a round:
 6. count bytes and participants; a reply that arrives after its round ended is pulled at
    the start of the next one, logged and ignored (:mod:`~flower_topics.strategies.outstanding`).
 
+Federated evaluation (``evaluation`` set) is an ``evaluate`` message to every node that can
+take part after each scored round; for a method that sets :attr:`evaluation_with_train`, a
+scored round other than the last instead has its evaluation carried in the next round's
+training messages (:meth:`carries_evaluation`; the parties' sums come back in their training
+replies and are recorded under the scored round): one exchange a party fewer per evaluation.
+
 With secure aggregation (``secure`` set, for the methods whose replies are sums), step 2 is
 preceded by the secure sum's key and share stages, every reply carries only its masked
 integer update, and step 5 unmasks their sum (:mod:`flower_topics.secure_sum`): the method's
@@ -126,6 +132,28 @@ class Reply:
     parties: int = 1
 
 
+@dataclass(frozen=True)
+class PendingEvaluation:
+    """A scored round's evaluation request carried in the next round's training messages.
+
+    Parameters
+    ----------
+    server_round : int
+        The round scored.
+    phi : np.ndarray
+        The model the parties were sent (as they hold it).
+    top : tuple
+        Its top words (:func:`~flower_topics.evaluation.federated.coherence_word_ids`, 10 a topic).
+    pairs : np.ndarray
+        Their :func:`~flower_topics.evaluation.federated.topic_pairs`.
+    """
+
+    server_round: int
+    phi: np.ndarray
+    top: tuple[np.ndarray, np.ndarray]
+    pairs: np.ndarray
+
+
 @dataclass
 class RoundTraffic:
     """Bytes and participants of one round.
@@ -190,6 +218,12 @@ class TopicStrategy(Strategy):
 
     #: The registered method this strategy runs (the ``train.<method>`` message type).
     method: ClassVar[str]
+    #: Whether a scored round's evaluation may travel with the next round's training messages instead of an
+    #: ``evaluate`` message of its own (:meth:`carries_evaluation`). A method opts in when its parties may score
+    #: the global model in the handler that trains them: the request, the checks and the sums are the
+    #: ``evaluate`` message's, so what evaluation releases is unchanged, and scoring touches nothing of the
+    #: local step (its state, its randomness, what its privacy accountant counts). False by default.
+    evaluation_with_train: ClassVar[bool] = False
 
     def __init__(self, vocabulary: Sequence[str], *, fraction_train: float = 1.0, min_nodes: int = 1,
                  min_replies: float = 1, seed: int = 0, evaluation: EvaluationSettings | None = None,
@@ -225,6 +259,7 @@ class TopicStrategy(Strategy):
         self._eval_phi: np.ndarray | None = None
         self._eval_top: tuple[np.ndarray, np.ndarray] | None = None
         self._eval_pairs: np.ndarray | None = None  # evaluation.topic_pairs of _eval_top
+        self._carried: PendingEvaluation | None = None  # the evaluation the current round's messages carry
         #: unanswered messages of recent rounds; a reply that comes after its round is logged and ignored
         self.outstanding = OutstandingMessages()
         self._grid: Grid | None = None
@@ -364,10 +399,32 @@ class TopicStrategy(Strategy):
         chosen = rng.choice(len(nodes), size=min(size, len(nodes)), replace=False)
         return sorted(nodes[i] for i in chosen)
 
+    def carries_evaluation(self, server_round: int) -> bool:
+        """Whether round ``server_round``'s evaluation travels with round ``server_round + 1``'s training messages.
+
+        It does when the method opts in (:attr:`evaluation_with_train`) and the run config lets it
+        (``eval-with-train``, true by default), the round is scored and
+        is not the last (the last has no next round: its ``evaluate`` message stays), every node
+        that can take part is sent a training message (``fraction_train`` 1, as every one is sent an
+        ``evaluate`` message), and there is no secure aggregation (a masked reply carries its
+        masked vector and nothing else).
+        """
+        return (self.evaluation_with_train and self.evaluation is not None and self.evaluation.with_train
+                and self.secure is None
+                and self.fraction_train >= 1.0 and 1 <= server_round < self.evaluation.num_rounds
+                and self.evaluation.due(server_round))
+
+    def evaluation_pending(self, server_round: int) -> bool:
+        """Whether round ``server_round`` is scored by the next round's training messages and its pooled metrics
+        are not in :attr:`evaluations` yet."""
+        return self.carries_evaluation(server_round) and server_round not in self.evaluations
+
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """One ``train.<method>`` message per sampled node."""
+        """One ``train.<method>`` message per sampled node; when the round before is scored and
+        :meth:`carries_evaluation`, each also carries its evaluation request, for ``arrays``: the global
+        model the round before ended with."""
         self._grid = grid
         self.outstanding.collect_late(grid, server_round)
         traffic = self.traffic[server_round] = RoundTraffic()
@@ -379,6 +436,15 @@ class TopicStrategy(Strategy):
         extra = {node_id: {} for node_id in nodes}
         if self.secure is not None:
             extra = self._secure_setup(server_round, nodes, grid)
+        carried, self._carried = None, None
+        if self.evaluation_pending(server_round - 1) and not extra:
+            log(WARNING, "round %d: no training message to carry round %d's evaluation; it is not scored",
+                server_round, server_round - 1)
+        if self.evaluation_pending(server_round - 1) and extra:
+            carried, *pending = self._evaluation_request(server_round - 1, arrays)
+            self._carried = PendingEvaluation(server_round - 1, *pending)
+            self.traffic.setdefault(server_round - 1, RoundTraffic()).eval_bytes_sent = \
+                payload_bytes(carried) * len(extra)
         for node_id in extra:
             content = RecordDict({
                 ARRAYS: self.node_arrays(server_round, node_id, arrays),
@@ -386,9 +452,12 @@ class TopicStrategy(Strategy):
                 **extra[node_id],
             })
             traffic.bytes_sent += payload_bytes(content)
+            if carried is not None:
+                evaluation.carry_request(content, carried)
             messages.append(Message(content=content, message_type=message_type(self.method), dst_node_id=node_id))
         traffic.nodes_sampled = max(len(messages), len(nodes) if self.secure is not None else 0)
-        log(INFO, "configure_train: round %d sent to %d node(s)", server_round, len(messages))
+        log(INFO, "configure_train: round %d sent to %d node(s)%s", server_round, len(messages),
+            "" if carried is None else f", with the evaluation of round {server_round - 1}")
         self._sent[("train", server_round)] = messages
         return messages
 
@@ -422,16 +491,20 @@ class TopicStrategy(Strategy):
         spec = self.reply_spec()
         if self.secure is not None:
             spec = masked_spec(spec, self.secure)
-        valid, replied = [], set()
+        valid, replied, scored = [], set(), []
         for msg in replies:
             node_id = msg.metadata.src_node_id
             replied.add(msg.metadata.reply_to_message_id)
             if msg.has_error():
                 self._error_reply(server_round, node_id, msg)
                 continue
-            traffic.bytes_received += payload_bytes(msg.content)
+            content = msg.content
+            if self._carried is not None:  # the carried evaluation's records, apart from the training reply's
+                content, carried = evaluation.split_carried(content)
+                scored.extend(self._carried_scores(node_id, carried))
+            traffic.bytes_received += payload_bytes(content)
             try:
-                reply = Reply(node_id, *validate_reply(msg.content, spec))
+                reply = Reply(node_id, *validate_reply(content, spec))
                 if self.secure is None:  # a masked update says nothing; the unmasked sum is checked instead
                     self.check_reply(server_round, reply)
             except ReplyError as exc:
@@ -439,6 +512,9 @@ class TopicStrategy(Strategy):
                 log(WARNING, "round %d: reply of node %d rejected: %s", server_round, node_id, exc)
                 continue
             valid.append(reply)
+        if self._carried is not None:
+            self._record_evaluation(self._carried, scored)
+            self._carried = None
         self.outstanding.collect_late(self._grid, server_round)  # what came in late while this round ran
         self.outstanding.round_ended(server_round, "train", self._sent.pop(("train", server_round), []), replied)
         self._stop_if_too_few_nodes(server_round)
@@ -513,21 +589,54 @@ class TopicStrategy(Strategy):
             "eval-bytes-received": t.eval_bytes_received,
         })
 
+    def _evaluation_request(self, server_round: int, arrays: ArrayRecord
+                            ) -> tuple[RecordDict, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """An ``evaluate`` request of the global model ``arrays`` scored as round ``server_round``, the model as
+        the parties hold it, its top words and their pairs."""
+        counts = self.evaluation_counts(arrays)
+        if counts is None:
+            phi = evaluation.model_phi(self.topic_word(arrays))  # what the parties are sent
+            content = evaluation.request(phi, self.evaluation, self.fingerprint, server_round)
+        else:  # the counts stand for the same float64 matrix, computed the same way on both sides
+            phi = evaluation.counts_phi(*counts)
+            content = evaluation.counts_request(*counts, self.evaluation, self.fingerprint, server_round)
+        top = evaluation.coherence_word_ids(phi, 10)  # the top words the parties count
+        return content, phi, top, evaluation.topic_pairs(*top)  # and the pairs of them they count
+
+    def _carried_scores(self, node_id: int, carried: RecordDict | None) -> list[evaluation.PartyScores]:
+        """A training reply's evaluation sums, validated ([] when it has none, or they fail: logged)."""
+        pending, traffic = self._carried, self.traffic[self._carried.server_round]
+        if carried is None:
+            log(WARNING, "round %d: node %d sent no evaluation with its training reply", pending.server_round,
+                node_id)
+            return []
+        traffic.eval_bytes_received += payload_bytes(carried)
+        if evaluation.ERROR_RECORD in carried.config_records:
+            log(WARNING, "round %d: node %d could not evaluate: %s", pending.server_round, node_id,
+                carried[evaluation.ERROR_RECORD].get("reason", ""))
+            return []
+        try:
+            return [evaluation.parse_sums(carried, pending.phi.shape[0], pending.top[1].size, len(pending.pairs))]
+        except ReplyError as exc:
+            log(WARNING, "round %d: evaluation sums of node %d rejected: %s", pending.server_round, node_id, exc)
+            return []
+
+    def _record_evaluation(self, pending: PendingEvaluation, parts: list[evaluation.PartyScores]) -> None:
+        """Round ``pending.server_round``'s pooled metrics from the sums its next round's training replies carried."""
+        if not parts:
+            log(WARNING, "round %d: no party's evaluation came back with round %d's training replies",
+                pending.server_round, pending.server_round + 1)
+            return
+        self.evaluations[pending.server_round] = evaluation.combine(parts, pending.phi, pending.top, pending.pairs)
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """On evaluation rounds, an ``evaluate`` message with the global model to every node that can take part."""
-        if self.evaluation is None or not self.evaluation.due(server_round):
+        """On evaluation rounds, an ``evaluate`` message with the global model to every node that can take part;
+        none where the next round's training messages carry the evaluation (:meth:`carries_evaluation`)."""
+        if self.evaluation is None or not self.evaluation.due(server_round) or self.carries_evaluation(server_round):
             return []
-        counts = self.evaluation_counts(arrays)
-        if counts is None:
-            self._eval_phi = evaluation.model_phi(self.topic_word(arrays))  # what the parties are sent
-            content = evaluation.request(self._eval_phi, self.evaluation, self.fingerprint, server_round)
-        else:  # the counts stand for the same float64 matrix, computed the same way on both sides
-            self._eval_phi = evaluation.counts_phi(*counts)
-            content = evaluation.counts_request(*counts, self.evaluation, self.fingerprint, server_round)
-        self._eval_top = evaluation.coherence_word_ids(self._eval_phi, 10)  # the top words the parties count
-        self._eval_pairs = evaluation.topic_pairs(*self._eval_top)  # and the pairs of them they count
+        content, self._eval_phi, self._eval_top, self._eval_pairs = self._evaluation_request(server_round, arrays)
         nodes = sorted(set(grid.get_node_ids()) - set(self.excluded))
         traffic = self.traffic.setdefault(server_round, RoundTraffic())
         traffic.eval_bytes_sent = payload_bytes(content) * len(nodes)
@@ -537,7 +646,7 @@ class TopicStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """The pooled metrics from the parties' sums (:func:`flower_topics.evaluation.federated.combine`)."""
-        if self.evaluation is None or not self.evaluation.due(server_round):
+        if self.evaluation is None or not self.evaluation.due(server_round) or self.carries_evaluation(server_round):
             return None
         replies = list(replies)
         self.outstanding.round_ended(server_round, "evaluate", self._sent.pop(("evaluate", server_round), []),

@@ -95,6 +95,7 @@ class FedLDA(TopicStrategy):
     """
 
     method = wire.METHOD
+    evaluation_with_train = True  # scoring in the training handler leaves its local step as it was
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.FedLDASettings, beta: float,
                  seeds: SeedPrior | None = None, **federation: Any) -> None:

@@ -62,6 +62,7 @@ class FTM(TopicStrategy):
     """
 
     method = wire.METHOD
+    evaluation_with_train = True  # scoring in the training handler leaves its local step as it was
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.FTMSettings, xi: float = 0.5, top_words: int = 20,
                  **federation: Any) -> None:

@@ -86,6 +86,7 @@ class ADLDA(TopicStrategy):
     """
 
     method = wire.METHOD
+    evaluation_with_train = True  # scoring in the training handler leaves its local step as it was
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.LDASettings, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)

@@ -128,6 +128,7 @@ class NTM(TopicStrategy):
     """
 
     method = wire.METHOD
+    evaluation_with_train = True  # scoring in the training handler leaves its local step as it was
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.NTMSettings, *, max_steps: int = 0,
                  stop_tolerance: float = 0.0, **federation: Any) -> None:
@@ -216,6 +217,10 @@ class NTM(TopicStrategy):
             log(INFO, "configure_train: round %d skipped, training stopped (%s)", server_round, self.stopped)
             return []
         return super().configure_train(server_round, arrays, config, grid)
+
+    def carries_evaluation(self, server_round: int) -> bool:
+        """As the base's, but not once training stopped: the next round sends no training message to carry it."""
+        return not self.stopped and super().carries_evaluation(server_round)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:

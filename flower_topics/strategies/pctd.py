@@ -88,6 +88,7 @@ class PCTD(TopicStrategy):
     """
 
     method = wire.METHOD
+    evaluation_with_train = True  # scoring in the training handler leaves its local step as it was
 
     def __init__(
         self,

@@ -9,6 +9,11 @@ A party's reply has exactly three records:
 - :data:`METRICS`, a MetricRecord with the method's named integers or floats;
 - :data:`SENDER`, a ConfigRecord naming the method that produced the reply.
 
+Where the strategy carries an evaluation with a training message, both the message and its
+reply also have records named :data:`CARRIED` + an ``evaluate`` message's or reply's record
+name (:mod:`flower_topics.evaluation.federated`); the strategy separates them before it
+validates the rest.
+
 :func:`validate_reply` checks a reply against a method's :class:`ReplySpec` and raises
 :class:`ReplyError` with the reason; nothing that fails reaches a global model.
 """
@@ -27,6 +32,10 @@ CONFIG = "config"
 UPDATE = "update"
 METRICS = "metrics"
 SENDER = "sender"
+
+#: The prefix of the records of an evaluation carried in a training message and its reply
+#: (:func:`flower_topics.evaluation.federated.carry_request`).
+CARRIED = "evaluate."
 
 #: Error code of a party's reply that says it cannot take part with this input (its data,
 #: the vocabulary, the settings); the strategy stops sampling that node.
