@@ -274,8 +274,8 @@ def test_a_party_ledger_records_dplda_prevalence_and_refuses_an_exact_table(tmp_
     it release its exact table (a hostile server naming another method)."""
     from flwr.app import Array, ArrayRecord, Message, RecordDict
 
-    from flower_topics.federation.party_ledger import documents_fingerprint
     from flower_topics.federation.client_app import data_config
+    from flower_topics.federation.party_ledger import documents_fingerprint
     from flower_topics.privacy.ledger import compose, read_ledger
     from flower_topics.wire import prevalence as prevalence_wire
     from flower_topics.wire.protocol import ARRAYS, CONFIG
