@@ -106,6 +106,8 @@ def test_an_unaccounted_release_voids_the_document_figure_and_says_what_it_was()
 @pytest.mark.parametrize("mode, expect_bound", [("union", False), ("private", True), ("file", True)])
 def test_the_server_voids_the_document_figure_after_a_union_agreement(mode, expect_bound):
     class Strategy:
+        prevalence_parties = 0  # no prevalence release
+
         def privacy_report(self):
             return _per_document(2.0, 1e-6)
 
