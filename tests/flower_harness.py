@@ -49,3 +49,17 @@ class FixedNodesGrid:
 def vocabulary(size: int) -> tuple[str, ...]:
     """``size`` made-up words."""
     return tuple(f"w{i}" for i in range(size))
+
+
+def dplda_round(strategy, server_round, arrays, statistics):
+    """One ``dplda`` round played by hand: the strategy's messages and its aggregate of one reply per statistic."""
+    from flwr.app import ConfigRecord
+
+    from flower_topics.wire.dplda import STATISTIC_KEY
+
+    nodes = list(range(7, 7 + len(statistics)))
+    msgs = list(strategy.configure_train(server_round, arrays, ConfigRecord(), FixedNodesGrid(nodes)))
+    by_node = {m.metadata.dst_node_id: m for m in msgs}
+    replies = [reply_from(n, by_node[n], reply_content("dplda", {STATISTIC_KEY: np.asarray(s, np.float32)}))
+               for n, s in zip(nodes, statistics)]
+    return msgs, strategy.aggregate_train(server_round, replies)

@@ -35,7 +35,8 @@ def cache_in(tmp_path, monkeypatch):
 
 def clear() -> None:
     """Forget what this process read, as a fresh process would."""
-    for cached in (node_data._cached, node_data._cached_shares, node_data._shares, node_data._read):
+    for cached in (node_data._cached, node_data._cached_shares, node_data._shares, node_data._read,
+                   node_data._read_through_cache):
         cached.cache_clear()
     client_app._AGREED.clear()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flower_topics.data import corpus_cache, node_data
+from flower_topics.data import corpus_cache
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.corpus_cache import cache_file, cache_key, cached_corpus, open_cache, source_identity, write_cache
 from flower_topics.data.node_data import NodeDocuments, load_node_documents, share_indices, simulated_share, split_ratios
@@ -20,25 +20,10 @@ from flower_topics.data.splits import ensure_split
 from flower_topics.errors import UserInputError
 from flower_topics.run.config import parse_run_config
 from flower_topics.topic_model.document_topics import count_corpus, read_documents
+from tests.test_corpus_cache import cache_in, clear  # noqa: F401 (each test's own cache folder, nothing read before)
 
 READING = {"text-column": "text", "label-column": "label", "date-column": "date", "lowercase": True,
            "stopwords": "english"}
-
-
-@pytest.fixture(autouse=True)
-def cache_in(tmp_path, monkeypatch):
-    """A cache folder of each test's own, and nothing this process read before."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv(corpus_cache.CACHE_ENV, str(folder))
-    clear()
-    yield folder
-    clear()
-
-
-def clear() -> None:
-    for cached in (node_data._cached, node_data._cached_shares, node_data._shares, node_data._read,
-                   node_data._read_through_cache):
-        cached.cache_clear()
 
 
 def write_jsonl(path: Path, records: list[dict | None]) -> Path:

@@ -20,6 +20,7 @@ from flower_topics.privacy.accountants import Budget
 from tests.accounting import pld_epsilon as rounds_epsilon, pld_noise as noise_multiplier
 from tests.accounting import pld_releases_epsilon as releases_epsilon
 from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings
+from tests.flower_harness import dplda_round
 
 
 def _corpus(docs: list[list[int]], n_words: int) -> Corpus:
@@ -382,24 +383,13 @@ def _strategy(**kw):
     return DPLDA(vocabulary(3), settings, **options)
 
 
-def _round(strategy, server_round, arrays, statistics):
-    from tests.flower_harness import FixedNodesGrid, reply_content, reply_from
-
-    nodes = list(range(7, 7 + len(statistics)))
-    msgs = list(strategy.configure_train(server_round, arrays, ConfigRecord(), FixedNodesGrid(nodes)))
-    by_node = {m.metadata.dst_node_id: m for m in msgs}
-    replies = [reply_from(n, by_node[n], reply_content("dplda", {STATISTIC_KEY: np.asarray(s, np.float32)}))
-               for n, s in zip(nodes, statistics)]
-    return msgs, strategy.aggregate_train(server_round, replies)
-
-
 def test_the_natural_gradient_step_and_the_noise_variance_by_hand():
     from flower_topics.strategies.dplda import RAW_KEY, VARIANCE_KEY
 
     strategy = _strategy()
     arrays = strategy.initial_arrays()
     s1, s2 = [[1.0, 2.0, -1.0], [0.0, 4.0, 3.0]], [[3.0, 0.0, 1.0], [2.0, -2.0, 1.0]]
-    msgs, (arrays, metrics) = _round(strategy, 1, arrays, [s1, s2])
+    msgs, (arrays, metrics) = dplda_round(strategy, 1, arrays, [s1, s2])
     # rho_0 = (1 + 0)^-0.5 = 1: lambda = eta + S / q; two replies of noise (sigma C / q)^2 = (1.5 * 2 / 0.5)^2 = 36
     expected = 0.1 + (np.array(s1) + np.array(s2)) / 0.5
     np.testing.assert_allclose(arrays[RAW_KEY].numpy(), expected)
@@ -408,7 +398,7 @@ def test_the_natural_gradient_step_and_the_noise_variance_by_hand():
     assert list(sent.keys()) == [LAMBDA_KEY] and sent[LAMBDA_KEY].numpy().dtype == np.float32
     assert DPLDASettings.from_record(msgs[0].content["config"]) == strategy.dplda
     # round 2: rho_1 = 2^-0.5; one reply
-    _, (arrays2, _) = _round(strategy, 2, arrays, [s1])
+    _, (arrays2, _) = dplda_round(strategy, 2, arrays, [s1])
     rho = 2 ** -0.5
     np.testing.assert_allclose(arrays2[RAW_KEY].numpy(), (1 - rho) * expected + rho * (0.1 + np.array(s1) / 0.5))
     assert arrays2[VARIANCE_KEY].numpy()[0] == pytest.approx((1 - rho) ** 2 * 72 + rho ** 2 * 36)
@@ -421,7 +411,7 @@ def test_every_node_of_a_round_gets_the_public_lambda_of_that_rounds_state():
     sent = [strategy.node_arrays(1, node, first)[LAMBDA_KEY].numpy() for node in (1, 2)]
     expected = strategy.public(first).astype(np.float32)
     assert all(np.array_equal(a, expected) for a in sent)
-    _, (second, _) = _round(strategy, 1, first, [[[1.0, 2.0, 5.0], [4.0, 0.5, 3.0]]])
+    _, (second, _) = dplda_round(strategy, 1, first, [[[1.0, 2.0, 5.0], [4.0, 0.5, 3.0]]])
     after = strategy.node_arrays(2, 1, second)[LAMBDA_KEY].numpy()  # computed once a round: never a stale state
     assert np.array_equal(after, strategy.public(second).astype(np.float32)) and not np.array_equal(after, expected)
 
@@ -442,7 +432,7 @@ def test_public_lambda_thresholds_and_spreads_the_background_by_hand():
 def test_the_report_counts_every_round_a_party_was_asked_and_stays_within_the_target():
     strategy = _strategy()
     arrays = strategy.initial_arrays()
-    _round(strategy, 1, arrays, [np.zeros((2, 3))])
+    dplda_round(strategy, 1, arrays, [np.zeros((2, 3))])
     strategy.configure_train(2, arrays, ConfigRecord(), __import__("tests.flower_harness").flower_harness
                              .FixedNodesGrid([7]))  # asked, the reply never came: the round still counts
     report = strategy.privacy_report()

@@ -17,7 +17,8 @@ from flower_topics.models.seed_words import SeedPrior
 from flower_topics.models.svi_seeds import seed_order, seeded_start
 from flower_topics.privacy.accountants import Budget
 from flower_topics.run.config import parse_run_config
-from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings
+from flower_topics.wire.dplda import LAMBDA_KEY, DPLDASettings
+from tests.flower_harness import dplda_round
 
 VOCABULARY = ("apple", "banana", "cherry", "damson", "elder", "fig", "grape", "hazel", "iris")
 
@@ -62,26 +63,15 @@ def _strategy(seeds):
                  background=0.0, init="random", seed=0, seeds=seeds)
 
 
-def _round(strategy, server_round, arrays, statistics):
-    from tests.flower_harness import FixedNodesGrid, reply_content, reply_from
-
-    nodes = list(range(7, 7 + len(statistics)))
-    msgs = list(strategy.configure_train(server_round, arrays, ConfigRecord(), FixedNodesGrid(nodes)))
-    by_node = {m.metadata.dst_node_id: m for m in msgs}
-    replies = [reply_from(n, by_node[n], reply_content("dplda", {STATISTIC_KEY: np.asarray(s, np.float32)}))
-               for n, s in zip(nodes, statistics)]
-    return msgs, strategy.aggregate_train(server_round, replies)
-
-
 def test_the_step_and_the_public_lambda_use_the_seeded_prior_by_hand():
     # w2 seeds topic 0, w0 seeds topic 1, weight 5: eta_kw = [[0.1, 0.1, 5.1], [5.1, 0.1, 0.1]]
     strategy = _strategy(SeedPrior(np.array([0, 1]), np.array([2, 0]), 5.0, 2, 3))
     s1, s2 = np.array([[1.0, 2.0, -1.0], [0.0, 4.0, 3.0]]), np.array([[3.0, 0.0, 1.0], [2.0, -2.0, 1.0]])
-    _, (arrays, _) = _round(strategy, 1, strategy.initial_arrays(), [s1, s2])
+    _, (arrays, _) = dplda_round(strategy, 1, strategy.initial_arrays(), [s1, s2])
     # rho_0 = 1: lambda = eta_kw + S / q, S = [[4, 2, 0], [2, 2, 4]], q = 0.5
     first = np.array([[8.1, 4.1, 5.1], [9.1, 4.1, 8.1]])
     np.testing.assert_allclose(_raw(arrays), first)
-    _, (arrays2, _) = _round(strategy, 2, arrays, [s1])
+    _, (arrays2, _) = dplda_round(strategy, 2, arrays, [s1])
     rho = 2 ** -0.5
     prior = np.array([[0.1, 0.1, 5.1], [5.1, 0.1, 0.1]])
     np.testing.assert_allclose(_raw(arrays2), (1 - rho) * first + rho * (prior + s1 / 0.5))
