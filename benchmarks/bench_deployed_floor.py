@@ -18,12 +18,15 @@ each ClientApp process writes how long it ran from its start to its reply (wall 
 how long until its handler ran, and the handler's stages (data, compute, state).
 
 Figures, medians over rounds 2 to ``--rounds``: **wall** (the round's seconds, from the
-server's ``metrics.jsonl``); **slowest party** (the longest ClientApp process of the round,
-start to reply, wall) and its **CPU**; **critical path** = wall - slowest party's wall +
-slowest party's CPU: the round as separate hosts would see it, where each party's process
-has its own core (the rest of the round, the server's work and the messages' transfer, as
-measured here). The parties' own compute is the handler's ``compute`` stage. With
-``--parties`` SuperNodes sharing the machine's cores, the wall time is the contended one.
+server's ``metrics.jsonl``); **slowest party** (the longest ClientApp process of the round's
+training exchange, start to reply, wall) and its **CPU**; **critical path** = wall less, for each
+exchange of the round (one; two under ``--secure-aggregation``: a secure-sum stage and the masked
+reply), its slowest party's wall less that party's CPU: the round as separate hosts would see it,
+where each party's process has its own core (the rest of the round, the server's work and the
+messages' transfer, as measured here). The parties' own compute is the handler's ``compute``
+stage. With ``--parties`` SuperNodes sharing the machine's cores, the wall time is the contended
+one. ``--no-floor`` runs the methods only (long runs:
+``--methods dplda --secure-aggregation --rounds 40 --vocabulary runs/lda-100/lda/vocabulary.txt``).
 Writes ``results.md`` (and ``timings-<run>.jsonl``) into ``--out``. Every process binds
 127.0.0.1 and is stopped by its PID.
 """
@@ -111,7 +114,11 @@ def take_timings(files: list[Path]) -> list[dict]:
 def exchanges(timings: list[dict], parties: int) -> list[list[dict]]:
     """The timing lines grouped by exchange: in reply order, ``parties`` lines each (every party answers every
     message of a run here, and the server sends the next message only once it has every reply)."""
-    return [timings[i:i + parties] for i in range(0, len(timings) - parties + 1, parties)]
+    groups = [timings[i:i + parties] for i in range(0, len(timings) - parties + 1, parties)]
+    mixed = [i for i, group in enumerate(groups) if len({row["message"] for row in group}) > 1]
+    if mixed or len(timings) % parties:
+        raise ValueError(f"the timing lines do not split into exchanges of {parties} parties (exchange {mixed[:1]})")
+    return groups
 
 
 def round_figures(metrics: list[dict], timings: list[dict], message: str, parties: int) -> dict:
