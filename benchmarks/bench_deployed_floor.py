@@ -21,14 +21,16 @@ each ClientApp process writes how long it ran from its start to its reply (wall 
 how long until its handler ran, and the handler's stages (data, compute, state).
 
 Figures, medians over rounds 2 to ``--rounds``: **wall** (the round's seconds, from the
-server's ``metrics.jsonl``); **slowest party** (the longest ClientApp process of the round,
-start to reply, wall) and its **CPU**; **critical path** = wall - slowest party's wall +
-slowest party's CPU: the round as separate hosts would see it, where each party's process
-has its own core (the rest of the round, the server's work and the messages' transfer, as
-measured here). The parties' own compute is the handler's ``compute`` stage. With
-``--parties`` SuperNodes sharing the machine's cores, the wall time is the contended one.
-**messages**: the ClientApp processes the run started (one a message a party received), from
-the timing lines; **run**: the run's seconds from submission to completion.
+server's ``metrics.jsonl``); **slowest party** (the longest ClientApp process of the round's
+training exchange, start to reply, wall) and its **CPU**; **critical path** = wall less, for each
+exchange of the round (one; two under ``--secure-aggregation``: a secure-sum stage and the masked
+reply), its slowest party's wall less that party's CPU: the round as separate hosts would see it,
+where each party's process has its own core (the rest of the round, the server's work and the
+messages' transfer, as measured here). The parties' own compute is the handler's ``compute``
+stage. With ``--parties`` SuperNodes sharing the machine's cores, the wall time is the contended
+one. **messages**: the ClientApp processes the run started (one a message a party received), from
+the timing lines. ``--no-floor`` runs the methods only (long runs:
+``--methods dplda --secure-aggregation --rounds 40 --vocabulary runs/lda-100/lda/vocabulary.txt``).
 Writes ``results.md`` (and ``timings-<run>.jsonl``) into ``--out``. Every process binds
 127.0.0.1 and is stopped by its PID.
 """
@@ -113,18 +115,38 @@ def take_timings(files: list[Path]) -> list[dict]:
     return sorted(lines, key=lambda row: row["time"])
 
 
+def exchanges(timings: list[dict], parties: int) -> list[list[dict]]:
+    """The timing lines grouped by exchange: in reply order, ``parties`` lines each (every party answers every
+    message of a run here, and the server sends the next message only once it has every reply)."""
+    groups = [timings[i:i + parties] for i in range(0, len(timings) - parties + 1, parties)]
+    mixed = [i for i, group in enumerate(groups) if len({row["message"] for row in group}) > 1]
+    if mixed or len(timings) % parties:
+        raise ValueError(f"the timing lines do not split into exchanges of {parties} parties (exchange {mixed[:1]})")
+    return groups
+
+
 def round_figures(metrics: list[dict], timings: list[dict], message: str, parties: int) -> dict:
-    """Medians over rounds 2.. of the round's wall time, its slowest party (wall, CPU), critical path and compute."""
+    """Medians over rounds 2.. of the round's wall time, its slowest party (wall, CPU), critical path and compute.
+
+    A round's exchanges are those after the previous round's ``message`` exchange up to its own (with secure
+    aggregation a round has the secure sum's stages besides it); the critical path is the round's wall time less,
+    for each of them, its slowest party's wall time less that party's CPU time.
+    """
     walls = [b["wall_time"] - a["wall_time"] for a, b in itertools.pairwise(metrics)]
-    train = [row for row in timings if row["message"] == message]
-    per_round = [train[i * parties:(i + 1) * parties] for i in range(len(train) // parties)][1:]
+    groups = exchanges(timings, parties)
+    ends = [i for i, group in enumerate(groups) if group[0]["message"] == message]
+    per_round = [groups[i] for i in ends][1:]
+    excess = [sum(max(g, key=lambda row: row["since_start"])["since_start"]
+                  - max(g, key=lambda row: row["since_start"])["cpu"] for g in groups[a + 1:b + 1])
+              for a, b in itertools.pairwise(ends)]
     slowest = [max(rows, key=lambda row: row["since_start"]) for rows in per_round]
     n = min(len(walls), len(slowest))
     walls, slowest = walls[:n], slowest[:n]
-    critical = [w - s["since_start"] + s["cpu"] for w, s in zip(walls, slowest)]
+    critical = [w - e for w, e in zip(walls, excess[:n])]
     med = statistics.median
     return {
         "rounds": n, "wall": med(walls), "critical": med(critical),
+        "exchanges": med([b - a for a, b in itertools.pairwise(ends)]),
         "slowest": med([s["since_start"] for s in slowest]), "slowest_cpu": med([s["cpu"] for s in slowest]),
         "before_handler": med([s["before_handler"] for s in slowest]),
         "compute": med([max(r["stages"].get("compute", 0.0) for r in rows) for rows in per_round[:n]]),
@@ -156,6 +178,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--eval-every", type=int, default=0,
                         help="score every N rounds, each method with and without eval-with-train (0 = no evaluation)")
+    parser.add_argument("--secure-aggregation", action="store_true", help="the methods' runs with secure aggregation")
+    parser.add_argument("--vocabulary", help="the agreed vocabulary fedlda and dplda use (default: the lda run's)")
+    parser.add_argument("--no-floor", action="store_true", help="the methods' runs only (no floor run)")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +188,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="deployed-floor-"))
     home, logs = work / "flwr-home", out / "logs"
     files = party_files(dataset, args.parties, work / "data", args.documents)
-    timing_files = [work / f"timings-{i}.jsonl" for i in range(args.parties)]
+    timing_files = [out / f"timings-node-{i}.jsonl" for i in range(args.parties)]  # kept if a run fails
     apps = {"floor": app_copy(FLOOR_APP, work / "floor-app"), "topics": app_copy(ROOT, work / "topics-app")}
     certs = make_certificates(work / "certs")
     rows: dict[str, dict] = {}
@@ -195,9 +220,10 @@ def main() -> None:
                 name = f"{method}{variant}"
                 config = {**base, "method": method, "num-topics": args.num_topics, **evaluation,
                           "dataset": "/nonexistent/the-server-reads-no-corpus", "seed": 0,
-                          "output-dir": str(out / name.replace(", ", "-").replace(" ", "-"))}
+                          "output-dir": str(out / name.replace(", ", "-").replace(" ", "-")),
+                          "secure-aggregation": args.secure_aggregation}
                 if method in ("fedlda", "dplda"):
-                    config["vocabulary"] = str(lda_out / "vocabulary.txt")
+                    config["vocabulary"] = args.vocabulary or str(lda_out / "vocabulary.txt")
                 if method == "dplda":
                     config.update({"dplda.init": "random"})
                 started = time.time()
@@ -214,33 +240,35 @@ def main() -> None:
                     sizes = (int(last["bytes_sent"]) // args.parties, int(last["bytes_received"]) // args.parties)
                 print(name, json.dumps(rows[name]), flush=True)
             assert sizes is not None
-            started = time.time()
-            config = {**base, "send-bytes": sizes[0], "reply-bytes": sizes[1], "output-dir": str(out / "floor")}
-            metrics = one_run(apps["floor"], home, config, args.timeout)
-            timings = take_timings(timing_files)
-            (out / "timings-floor.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
-            rows["floor"] = {**round_figures(metrics, timings, "floor", args.parties), "run": time.time() - started,
-                             "messages": len(timings)}
-            print("floor", json.dumps(rows["floor"]), flush=True)
+            if not args.no_floor:
+                started = time.time()
+                config = {**base, "send-bytes": sizes[0], "reply-bytes": sizes[1], "output-dir": str(out / "floor")}
+                metrics = one_run(apps["floor"], home, config, args.timeout)
+                timings = take_timings(timing_files)
+                (out / "timings-floor.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timings))
+                rows["floor"] = {**round_figures(metrics, timings, "floor", args.parties),
+                                 "run": time.time() - started, "messages": len(timings)}
+                print("floor", json.dumps(rows["floor"]), flush=True)
             assert link.poll() is None and all(node.poll() is None for node in nodes)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    floor = rows["floor"]
+    floor = rows.get("floor")
     lines = [(f"{args.parties} SuperNodes (TLS, authenticated) on one machine of {os.cpu_count()} cores; "
              f"{dataset.name}, {f'{args.documents} documents' if args.documents else 'every document'} dealt among "
              "the parties; "
+             f"{'secure aggregation; ' if args.secure_aggregation else ''}"
              f"messages {sizes[0] / 1e6:.2f} MB to each party, {sizes[1] / 1e6:.2f} MB back; "
              f"medians over rounds 2-{args.rounds}"),
-             "", ("| run | s / round (wall) | critical path (s) | slowest party: start to reply (s) | its CPU (s) | "
-             "its start to handler (s) | data (s) | compute (s) | state (s) | 1.3 x (floor + compute): wall, critical | "
-             "messages | run (s) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", ("| run | s / round (wall) | critical path (s) | exchanges / round | slowest party: start to reply (s) | "
+                  "its CPU (s) | its start to handler (s) | data (s) | compute (s) | state (s) | "
+                  "1.3 x (floor + compute): wall, critical | messages | whole run (s) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
-        target = "" if name == "floor" else (f"{1.3 * (floor['wall'] + r['compute']):.2f}, "
-                                             f"{1.3 * (floor['critical'] + r['compute']):.2f}")
-        lines.append(f"| {name} | {r['wall']:.2f} | {r['critical']:.2f} | {r['slowest']:.2f} | "
+        target = "" if name == "floor" or floor is None else (f"{1.3 * (floor['wall'] + r['compute']):.2f}, "
+                                                               f"{1.3 * (floor['critical'] + r['compute']):.2f}")
+        lines.append(f"| {name} | {r['wall']:.2f} | {r['critical']:.2f} | {r['exchanges']:g} | {r['slowest']:.2f} | "
                      f"{r['slowest_cpu']:.2f} | {r['before_handler']:.2f} | {r['data']:.2f} | {r['compute']:.2f} | "
-                     f"{r['state']:.3f} | {target} | {r['messages']} | {r['run']:.1f} |")
+                     f"{r['state']:.3f} | {target} | {r['messages']} | {r['run']:.0f} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

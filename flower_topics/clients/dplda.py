@@ -43,7 +43,7 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
-from flower_topics.privacy.guard import within_budget
+from flower_topics.privacy import guard
 from flower_topics.privacy.ledger import Release
 from flower_topics.privacy.skellam_mechanism import skellam_noise
 from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
@@ -65,10 +65,19 @@ class DPLDAClientState:
         ``n x 2``: the noise multiplier and sampling rate of each release it made.
     prevalence : int
         1 once it released its topic prevalence in this run (there is one such release a run).
+    guard : np.ndarray
+        ``0 x 8`` or ``1 x 8``: what its own budget guard established (:mod:`flower_topics.privacy.guard`), as
+        ``secure, sigma, q, delta, sensitivity units, budget, largest count known to fit, smallest known not to``;
+        each message's process starts from it, so that a run computes a few epsilons, not one per message.
     """
 
     releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     prevalence: int = 0
+    guard: np.ndarray = field(default_factory=lambda: np.zeros((0, GUARD_COLUMNS)))
+
+
+#: Columns of :attr:`DPLDAClientState.guard`: the guard's question (kind and budget), then its two bounds.
+GUARD_COLUMNS = 8
 
 
 def check_lambda(lam: np.ndarray, settings: wire.DPLDASettings, n_words: int) -> np.ndarray:
@@ -143,9 +152,13 @@ def secure_headroom(settings: wire.DPLDASettings, n_docs: int, noise_share: floa
 
 
 def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before_eps: float, before_delta: float,
-                      cap: float) -> float | None:
+                      cap: float, state: DPLDAClientState | None = None) -> float | None:
     """The party's epsilon per document after ``releases`` (``n x 2``: sigma and q of each, the new one last),
-    composed with what its vocabulary release spent, when that is over ``cap``; else None."""
+    composed with what its vocabulary release spent, when that is over ``cap``; else None.
+
+    With ``state``, the guard starts from what it established at the party's earlier messages of this run
+    (:attr:`DPLDAClientState.guard`, used only for exactly the same question) and keeps there what it knows now.
+    """
     limit, delta = cap * (1.0 + 1e-9), settings.delta - before_delta
     if not settings.secure and np.any(releases != releases[-1]):  # a server that changed the noise mid-run
         accountant = wire.accountant(settings)
@@ -157,7 +170,15 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
     # one run has one (sigma, q): its releases are one self-composed event
     kind = (settings.secure, settings.noise_multiplier, settings.sample_rate, delta, settings.sensitivity_units)
     epsilon_of = lambda n: wire.rounds_epsilon(settings, n, delta)  # noqa: E731
-    if within_budget(epsilon_of, len(releases), limit - before_eps, kind=kind):
+    budget = limit - before_eps
+    question = np.array([float(settings.secure), settings.noise_multiplier, settings.sample_rate, delta,
+                         settings.sensitivity_units, budget])
+    if state is not None and state.guard.shape == (1, GUARD_COLUMNS) and np.array_equal(state.guard[0, :6], question):
+        guard.remember_bounds(kind, budget, int(state.guard[0, 6]), float(state.guard[0, 7]))
+    fits = guard.within_budget(epsilon_of, len(releases), budget, kind=kind)
+    if state is not None:
+        state.guard = np.array([[*question, *guard.known_bounds(kind, budget)]])
+    if fits:
         return None  # known without a new epsilon (privacy/guard.py)
     spent = before_eps + epsilon_of(len(releases))
     return spent if spent > limit else None
@@ -191,7 +212,7 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     if settings.secure and NOISE_SHARE not in config:
         raise UserInputError("dplda with secure aggregation: the training message carries no secure-sum round "
                              "(this party will not send an unmasked statistic with a share of the noise)")
-    spent = spending_over_cap(releases, settings, before_eps, before_delta, cap)
+    spent = spending_over_cap(releases, settings, before_eps, before_delta, cap, state)
     if spent is not None:
         raise UserInputError(f"this release would take the party to eps {spent:.4g} per document, over its cap "
                              f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")

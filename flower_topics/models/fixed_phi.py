@@ -23,9 +23,9 @@ import numpy as np
 from numba import njit
 
 from flower_topics.data.corpus import Corpus
+from flower_topics.models.samplers import SAMPLERS
 
-#: The local samplers: exact Gibbs and alias Metropolis-Hastings.
-SAMPLERS = ("gibbs", "mh")
+__all__ = ["SAMPLERS", "FixedPhiSampler", "build_alias_tables"]
 
 
 @njit(cache=True)

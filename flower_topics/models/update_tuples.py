@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from flower_topics.numeric.categorical import draw_categorical
-from flower_topics.models.topic_word import normalize_rows
 
 
 @dataclass(frozen=True)
@@ -269,6 +268,9 @@ def apply_tuples(counts: np.ndarray, tuples: Tuples) -> int:
 def clamped_topic_word(counts: np.ndarray, beta: float | np.ndarray) -> np.ndarray:
     """phi = (max(n, 0) + beta) / row sums: the normalization of Section 4 on counts that noise
     and dummies may have pushed below zero (``beta`` a number, or a ``(K, V)`` prior: seed words)."""
+    # imported here: topic_word imports numba, which the wire's config parse (sample_sizes) does without
+    from flower_topics.models.topic_word import normalize_rows
+
     return normalize_rows(counts, beta, clamp=True)
 
 

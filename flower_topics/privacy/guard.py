@@ -49,3 +49,34 @@ def within_budget(epsilon_of: Callable[[int], float], count: int, budget: float,
                 over = probe
         _BOUNDS[key] = (fits, over)
         return count <= fits
+
+
+def known_bounds(kind: Hashable, budget: float) -> tuple[int, float]:
+    """What this process knows of ``kind`` at ``budget``: the largest count known to fit (0 when none) and the
+    smallest known not to (inf when none)."""
+    with _LOCK:
+        return _BOUNDS.get((kind, float(budget)), (0, float("inf")))
+
+
+def remember_bounds(kind: Hashable, budget: float, fits: int, over: float) -> None:
+    """Add what an earlier :func:`within_budget` of this party established (:func:`known_bounds`, kept on the
+    party's own side) to what this process knows of ``kind`` at ``budget``.
+
+    Only for bounds this party's own accountant computed for exactly this ``kind`` and ``budget``: a process of
+    the deployment engine answers one message, so a party that keeps them between messages computes a few
+    epsilons per run instead of one per message.
+
+    Raises
+    ------
+    ValueError
+        When ``fits`` is not below ``over`` (bounds that contradict each other).
+    """
+    if not 0 <= int(fits) < float(over):
+        raise ValueError(f"guard bounds must satisfy 0 <= fits < over, got {fits} and {over}")
+    key = (kind, float(budget))
+    with _LOCK:
+        known_fits, known_over = _BOUNDS.get(key, (0, float("inf")))
+        fits, over = max(known_fits, int(fits)), min(known_over, float(over))
+        if fits >= over:
+            raise ValueError(f"guard bounds {fits} and {over} contradict what this process computed")
+        _BOUNDS[key] = (fits, over)

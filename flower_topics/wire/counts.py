@@ -37,11 +37,12 @@ matrix as it is (:mod:`flower_topics.secure_sum`), never this encoding.
 
 from __future__ import annotations
 
+from importlib import import_module
+from types import ModuleType
 from typing import Mapping
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
-from numba import njit
 
 from flower_topics.wire.protocol import ArraySpec, ReplyError
 
@@ -52,6 +53,12 @@ VALUE_DTYPES: frozenset[np.dtype] = frozenset(
     np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32))
 _UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32))
 _SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+
+
+def counts_kernels() -> ModuleType:
+    """The compiled kernels (:mod:`flower_topics.wire.counts_kernels`), imported on first use: numba is not
+    imported by a process that only parses a config or handles messages without count matrices."""
+    return import_module("flower_topics.wire.counts_kernels")
 
 
 def keys(key: str) -> tuple[str, str]:
@@ -101,7 +108,7 @@ def encode(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     flat = matrix.ravel()
     if flat.size == 0:
         return np.zeros(0, GAP_DTYPES[0]), np.zeros(0, np.uint8)
-    low, high, count = _range_and_nonzeros(flat)
+    low, high, count = counts_kernels().range_and_nonzeros(flat)
     dense_dtype = smallest_dtype(low, high)
     if count == 0:
         return np.zeros(0, GAP_DTYPES[0]), np.zeros(0, np.uint8)
@@ -116,36 +123,11 @@ def encode(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(0, GAP_DTYPES[0]), flat.astype(dense_dtype)
 
 
-@njit(cache=True, nogil=True)
-def _range_and_nonzeros(flat):  # pragma: no cover - compiled
-    """The smallest and largest entry of a non-empty 1-D integer array and its number of nonzero entries, in one
-    pass (no temporary: numpy's min, max and flatnonzero took three passes and a boolean array)."""
-    low, high, count = flat[0], flat[0], 0
-    for i in range(flat.size):
-        x = flat[i]
-        low, high = min(low, x), max(high, x)
-        count += x != 0
-    return low, high, count
-
-
 def _nonzero(flat: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
     """The flat indices (int64, increasing) and the values of the ``count`` nonzero entries of 1-D ``flat``."""
     index, values = np.empty(count + 1, np.int64), np.empty(count + 1, flat.dtype)
-    _nonzero_cells(flat, index, values)
+    counts_kernels().nonzero_cells(flat, index, values)
     return index[:count], values[:count]
-
-
-@njit(cache=True, nogil=True)
-def _nonzero_cells(flat, index, values):  # pragma: no cover - compiled
-    """Write the flat indices and values of ``flat``'s nonzero entries, in order, into ``index`` and ``values``
-    (each one entry longer than the number of them). Without a branch: every entry is written at the next free
-    slot, which moves on only past a nonzero one (no branch to mispredict, unlike numpy's flatnonzero and gather)."""
-    j = 0
-    for i in range(flat.size):
-        x = flat[i]
-        index[j] = i
-        values[j] = x
-        j += x != 0
 
 
 def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtype: np.dtype | type = np.int64,
@@ -198,19 +180,10 @@ def decode(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *, dtyp
     else:
         out.fill(0)
     if transposed:
-        _scatter_transposed(index, entries, shape[0], shape[1], out.reshape(-1))
+        counts_kernels().scatter_transposed(index, entries, shape[0], shape[1], out.reshape(-1))
     else:
         out.reshape(-1)[index] = entries
     return out
-
-
-@njit(cache=True, nogil=True)
-def _scatter_transposed(index, values, n_rows, n_cols, out):  # pragma: no cover - compiled
-    """Write ``values[i]`` at the cell of flat row-major index ``index[i]`` of an ``n_rows x n_cols`` matrix into
-    ``out``, the flat C-order transpose (``n_cols x n_rows``)."""
-    for i in range(index.shape[0]):
-        row = index[i] // n_cols
-        out[(index[i] - row * n_cols) * n_rows + row] = values[i]
 
 
 def decode_entries(gaps: np.ndarray, values: np.ndarray, shape: tuple[int, ...], *,

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from flower_topics.models.fixed_phi import SAMPLERS
 import numpy as np
 
+from flower_topics.models.samplers import SAMPLERS
 from flower_topics.models.update_tuples import DUMMY_KINDS, sample_sizes
 from flower_topics.options import Option, at_least, in_range, one_of, positive
 from flower_topics.privacy.word_randomizers import MECHANISMS, WordRandomizer, word_randomizer

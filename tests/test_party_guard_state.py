@@ -1,0 +1,59 @@
+"""A dplda party keeps what its budget guard established between messages (each is a fresh process on the
+deployment engine): the same answers as its accountant, a few epsilons per run, and only for the same question."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flower_topics.clients import dplda as client
+from flower_topics.privacy import guard
+from flower_topics.wire import dplda as wire
+from flower_topics.wire.dplda import DPLDASettings
+from tests.accounting import pld_epsilon, pld_noise
+
+RATE, DELTA, TARGET = 0.2, 1e-5, 3.0
+
+
+def _settings(sigma: float) -> DPLDASettings:
+    return DPLDASettings(n_topics=2, alpha=0.1, sample_rate=RATE, clip=1.0, noise_multiplier=sigma, epsilon=TARGET,
+                         delta=DELTA)
+
+
+def _message(state: client.DPLDAClientState, sigma: float, n: int) -> bool:
+    """Whether the party would make its ``n``-th release, in a process that knows only ``state``."""
+    guard._BOUNDS.clear()  # a fresh ClientApp process
+    releases = np.tile([[sigma, RATE]], (n, 1))
+    return client.spending_over_cap(releases, _settings(sigma), 0.0, 0.0, TARGET, state) is None
+
+
+def test_a_party_keeping_its_guard_answers_every_release_as_its_accountant_with_few_epsilons(monkeypatch):
+    sigma = pld_noise(TARGET, DELTA, RATE, 40)
+    computed: list[list[int]] = []
+    real = wire.rounds_epsilon
+    monkeypatch.setattr(wire, "rounds_epsilon", lambda s, n, d: computed[-1].append(n) or real(s, n, d))
+    state = client.DPLDAClientState()
+    answers = []
+    for n in range(1, 61):
+        computed.append([])
+        answers.append(_message(state, sigma, n))
+    assert answers == [pld_epsilon(sigma, RATE, n, DELTA) <= TARGET * (1 + 1e-9) for n in range(1, 61)]
+    assert answers.count(True) == 40  # sigma calibrated for 40 releases
+    with_epsilons = [n for n, epsilons in enumerate(computed[:40], start=1) if epsilons]
+    assert with_epsilons == [1, 2, 3, 5, 9, 17, 33], with_epsilons  # doubling: not one epsilon per message
+    assert state.guard.shape == (1, client.GUARD_COLUMNS) and state.guard[0, 6] == 40 and state.guard[0, 7] == 41
+
+
+def test_what_a_party_kept_for_another_question_is_not_used():
+    sigma = pld_noise(TARGET, DELTA, RATE, 40)
+    state = client.DPLDAClientState()
+    assert _message(state, 2 * sigma, 1)  # kept for twice the noise: many more releases fit
+    state.guard[0, 6] = 10_000  # as if it had established that 10,000 releases of 2 sigma fit
+    assert not _message(state, sigma, 41)  # at sigma the 41st is refused all the same
+    assert state.guard[0, 1] == sigma and state.guard[0, 6] < 41
+
+
+def test_contradictory_guard_bounds_are_refused():
+    guard._BOUNDS.clear()
+    with pytest.raises(ValueError, match="0 <= fits < over"):
+        guard.remember_bounds(("kind",), 1.0, 5, 5)
