@@ -171,10 +171,9 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
             str(config["periods"]))
         plain = prevalence.reply_spec(k, len(periods) or None, plain=not bool(config.get("dplda.prevalence-noise")))
         if ROUND_RECORD in request.content.config_records:
-            masked = masked_spec(ReplySpec("prevalence", {prevalence.SUMS: ArraySpec("integer", (k, len(periods)))}),
-                                 SecureSumSettings(bits=int(request.content[ROUND_RECORD]["bits"])))
-            return ReplySpec(masked.method, masked.arrays, metrics=(), max_bytes=masked.max_bytes,
-                             config=("periods",)), set()
+            return masked_spec(ReplySpec("prevalence", {prevalence.SUMS: ArraySpec("integer", (k, len(periods)))},
+                                         config=("periods",)),
+                               SecureSumSettings(bits=int(request.content[ROUND_RECORD]["bits"]))), set()
         spec = plain
     elif kind == agreement.CANDIDATES:
         spec = agreement.candidates_spec(str(config["mode"]) == "private")

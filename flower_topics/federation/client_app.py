@@ -399,8 +399,8 @@ def send_prevalence(msg: Message, context: Context, config: Mapping[str, Any]) -
     state = load_state(context, state_name, spec.local_step().state())
     seed = party_seed(context, config, private=spec.private)
     with message_timing.stage("compute"):
-        reply, state = party_prevalence.answer(msg, context, config, documents, party_settings(spec, msg, context),
-                                               state, seed)
+        reply, state = party_prevalence.answer(msg, context, config, spec, documents,
+                                               party_settings(spec, msg, context), state, seed)
     save_state(context, state_name, state)
     return reply
 

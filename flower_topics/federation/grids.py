@@ -16,10 +16,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable
+from typing import Any, Callable
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
+
+from flower_topics.strategies.base import error_reason
+from flower_topics.wire.protocol import ReplyError, payload_bytes
 
 #: Seconds between two pulls while waiting for replies.
 POLL_INTERVAL = 0.2
@@ -97,3 +101,22 @@ class PromptGrid(Grid):
             pause = self.poll_interval if deadline is None else min(self.poll_interval, deadline - time.monotonic())
             time.sleep(max(pause, 0.0))
         return replies
+
+
+def collect_replies(grid: Grid, messages: list[Message], timeout: float | None, excluded: dict[int, str], what: str,
+                    parse: Callable[[Message], Any]) -> tuple[dict[int, Any], int]:
+    """Send ``messages`` and return each answering node's ``parse(reply)`` and the bytes received; a node whose
+    reply is an error or fails ``parse`` (:class:`~flower_topics.wire.protocol.ReplyError`) goes into
+    ``excluded`` with the reason (``"<what> rejected: ..."``)."""
+    parsed, received = {}, 0
+    for reply in grid.send_and_receive(messages, timeout=timeout):
+        node = reply.metadata.src_node_id
+        if reply.has_error():
+            excluded[node] = error_reason(reply)
+            continue
+        received += payload_bytes(reply.content)
+        try:
+            parsed[node] = parse(reply)
+        except ReplyError as exc:
+            excluded[node] = f"{what} rejected: {exc}"
+    return parsed, received

@@ -24,7 +24,7 @@ from flower_topics.data.node_data import NodeDocuments, node_options
 from flower_topics.data.periods import document_periods
 from flower_topics.errors import UserInputError
 from flower_topics.federation import party_ledger
-from flower_topics.methods import METHODS
+from flower_topics.methods import MethodSpec
 from flower_topics.metrics.prevalence import PrevalenceTable, period_totals
 from flower_topics.topic_model.document_topics import count_corpus, document_topics
 from flower_topics.wire import prevalence as wire
@@ -94,20 +94,16 @@ def keep_own_table(context: Context, table: PrevalenceTable) -> None:
                 "this node", len(table.periods), target)
 
 
-def answer(msg: Message, context: Context, config: Mapping[str, Any], documents: NodeDocuments,
+def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: MethodSpec, documents: NodeDocuments,
            settings: ConfigRecord, state: Any, seed: int) -> tuple[Message, Any]:
     """This party's reply to ``query.prevalence``, and its method's local state after the release.
 
-    The method's release rule (:attr:`~flower_topics.clients.base.LocalStep.prevalence`) makes the
-    table that leaves from ``settings`` (the request's, with what the party adds of its own: its cap, its
+    ``spec`` is the request's method: its release rule (:attr:`~flower_topics.clients.base.LocalStep.prevalence`)
+    makes the table that leaves from ``settings`` (the request's, with what the party adds of its own: its cap, its
     vocabulary release's spending, its secure-sum facts), and its party ledger records what it spends
     before it leaves.
     """
     request = msg.content[CONFIG]
-    method = str(request["method"])
-    if method not in METHODS:
-        raise UserInputError(f"prevalence: unknown method {method!r}")
-    spec = METHODS[method]
     record = context.state["vocabulary"]  # the ClientApp checked that the party holds one
     if str(request["vocabulary"]) != str(record["fingerprint"]):
         raise UserInputError("prevalence: the server's topics are not over the vocabulary this party agreed to")
@@ -118,7 +114,7 @@ def answer(msg: Message, context: Context, config: Mapping[str, Any], documents:
     keep_own_table(context, PrevalenceTable(periods, sums, sums.sum(axis=0), left_out[wire.UNDATED]))
     secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
     table, releases = spec.local_step().prevalence(theta, index, len(periods), settings, state, seed)
-    party_ledger.record_round(context, config, method, releases, "a plain topic-prevalence table")
+    party_ledger.record_round(context, config, spec.name, releases, "a plain topic-prevalence table")
     if secure is not None:
         from flower_topics.secure_sum import party as secure_party
 

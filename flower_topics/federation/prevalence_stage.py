@@ -25,10 +25,17 @@ from flwr.serverapp import Grid
 
 from flower_topics.data.periods import period_grid
 from flower_topics.errors import UserInputError
+from flower_topics.federation.grids import collect_replies
 from flower_topics.metrics.prevalence import PrevalenceTable
-from flower_topics.strategies.base import TopicStrategy, error_reason, masked_spec
+from flower_topics.strategies.base import TopicStrategy, exclusion_reasons, masked_spec
 from flower_topics.wire import prevalence as wire
-from flower_topics.wire.protocol import ARRAYS, CONFIG, ReplyError, validate_reply, vocabulary_fingerprint
+from flower_topics.wire.protocol import (
+    ARRAYS,
+    CONFIG,
+    ReplyError,
+    validate_reply,
+    vocabulary_fingerprint,
+)
 
 logger = logging.getLogger("flower_topics")
 
@@ -104,7 +111,7 @@ def collect_prevalence(grid: Grid, config: Mapping[str, Any], strategy: TopicStr
     periods = check_prevalence_config(config, noisy=bool(settings))
     nodes = sorted(set(grid.get_node_ids()) - set(strategy.excluded))  # the parties still in the run
     if not nodes:
-        raise UserInputError(f"prevalence: no party is left to answer ({_reasons(strategy.excluded)})")
+        raise UserInputError(f"prevalence: no party is left to answer ({exclusion_reasons(strategy.excluded)})")
     k = int(topic_word.shape[0])
     request = {"vocabulary": vocabulary_fingerprint(tuple(vocabulary)), "method": strategy.method,
                "period": str(config["prevalence-period"]), "periods": wire.join_periods(periods),
@@ -141,28 +148,22 @@ def _plain(grid: Grid, request: Mapping[str, Any], arrays: ArrayRecord, nodes: S
            periods: tuple[str, ...], k: int, excluded: dict[int, str], timeout: float, plain: bool
            ) -> tuple[PrevalenceTable, int, dict[int, PrevalenceTable], dict[str, int]]:
     spec = wire.reply_spec(k, len(periods) or None, plain)
-    tables: dict[int, PrevalenceTable] = {}
-    left_out = {wire.UNDATED: 0, wire.OUTSIDE: 0, wire.EMPTY: 0}
-    for reply in grid.send_and_receive(_messages(request, arrays, nodes), timeout=timeout):
-        node = reply.metadata.src_node_id
-        if reply.has_error():
-            excluded[node] = error_reason(reply)
-            continue
-        try:
-            update, metrics = validate_reply(reply.content, spec)
-            own = wire.split_periods(str(reply.content[CONFIG]["periods"]))
-            if (periods and own != periods) or len(own) != update[wire.SUMS].shape[1] or \
-                    list(own) != sorted(set(own)):
-                raise ReplyError("its periods are not the run's, or not one per column in time order")
-        except ReplyError as exc:
-            excluded[node] = f"prevalence reply rejected: {exc}"
-            continue
+
+    def table_of(reply: Message) -> tuple[PrevalenceTable, dict[str, float]]:
+        update, metrics = validate_reply(reply.content, spec)
+        own = wire.split_periods(str(reply.content[CONFIG]["periods"]))
+        if (periods and own != periods) or len(own) != update[wire.SUMS].shape[1] or list(own) != sorted(set(own)):
+            raise ReplyError("its periods are not the run's, or not one per column in time order")
         sums = update[wire.SUMS]
-        tables[node] = PrevalenceTable(own, sums, sums.sum(axis=0), int(metrics.get(wire.UNDATED, 0)))
-        for key in left_out:
-            left_out[key] += int(metrics.get(key, 0))
-    if not tables:
-        raise UserInputError(f"prevalence: no party could answer ({_reasons(excluded)})")
+        return PrevalenceTable(own, sums, sums.sum(axis=0), int(metrics.get(wire.UNDATED, 0))), metrics
+
+    parsed, _ = collect_replies(grid, _messages(request, arrays, nodes), timeout, excluded, "prevalence reply",
+                                table_of)
+    if not parsed:
+        raise UserInputError(f"prevalence: no party could answer ({exclusion_reasons(excluded)})")
+    tables = {node: table for node, (table, _) in parsed.items()}
+    left_out = {key: sum(int(metrics.get(key, 0)) for _, metrics in parsed.values())
+                for key in (wire.UNDATED, wire.OUTSIDE, wire.EMPTY)}
     total = PrevalenceTable(periods, np.zeros((k, len(periods))), np.zeros(len(periods)))
     for table in tables.values():
         total = total.plus(table)
@@ -181,30 +182,16 @@ def _secure(grid: Grid, config: Mapping[str, Any], strategy: TopicStrategy, requ
         raise UserInputError(f"prevalence: {problem}")
     secure = SecureRound(grid, nodes, strategy.secure, int(config["num-rounds"]) + 1, timeout,
                          epoch=strategy.secure_epoch)
-    spec = masked_spec(ReplySpec("prevalence", {wire.SUMS: ArraySpec("integer", (k, len(periods)))}),
-                       strategy.secure)
-    spec = type(spec)(spec.method, spec.arrays, metrics=(), max_bytes=spec.max_bytes, config=("periods",))
+    spec = masked_spec(ReplySpec("prevalence", {wire.SUMS: ArraySpec("integer", (k, len(periods)))},
+                                 config=("periods",)), strategy.secure)
     try:
         records = secure.setup()
-        masked: dict[int, np.ndarray] = {}
-        for reply in grid.send_and_receive(_messages(request, arrays, sorted(records), records), timeout=timeout):
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                excluded[node] = error_reason(reply)
-                continue
-            try:
-                masked[node] = validate_reply(reply.content, spec)[0][MASKED_KEY]
-            except ReplyError as exc:
-                excluded[node] = f"prevalence reply rejected: {exc}"
+        messages = _messages(request, arrays, sorted(records), records)
+        masked, _ = collect_replies(grid, messages, timeout, excluded, "prevalence reply",
+                                    lambda reply: validate_reply(reply.content, spec)[0][MASKED_KEY])
         total = secure.unmask(masked)
     except SecureRoundFailed as exc:
-        raise UserInputError(f"prevalence: {exc} ({_reasons(excluded)})") from None
+        raise UserInputError(f"prevalence: {exc} ({exclusion_reasons(excluded)})") from None
     units = float(request.get(wire.UNITS, request[wire.QUANTUM]))
     sums = total.reshape(k, len(periods)).astype(np.float64) / units
     return PrevalenceTable(periods, sums, sums.sum(axis=0)), len(masked)
-
-
-def _reasons(excluded: Mapping[int, str]) -> str:
-    return "; ".join(f"node {n}: {why}" for n, why in sorted(excluded.items())) or "no replies"
-
-

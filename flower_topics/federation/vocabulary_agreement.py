@@ -42,6 +42,7 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.run.json_values import plain_json
 from flower_topics.data.prepare import preprocess_config
 from flower_topics.errors import UserInputError
+from flower_topics.federation.grids import collect_replies
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.privacy.set_union import privacy_summary
 from flower_topics.secure_sum.protocol import MASKED_KEY
@@ -167,7 +168,7 @@ def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float |
         messages = [Message(RecordDict({CONFIG: ConfigRecord({"mode": mode, **settings})}), dst_node_id=n,
                             message_type=wire.CANDIDATES) for n in nodes]
         sent += sum(payload_bytes(m.content) for m in messages)
-        parsed, stage_received = _collect(grid, messages, timeout, excluded, "candidates",
+        parsed, stage_received = collect_replies(grid, messages, timeout, excluded, "candidates",
                                           lambda reply: _candidates_of(reply, private))
         received += stage_received
         candidates = list(parsed.values())
@@ -306,7 +307,7 @@ def _secure_private(grid: Grid, config: Mapping[str, Any], nodes: list[int], exc
         messages = [Message(RecordDict({CONFIG: ConfigRecord(request), ROUND_RECORD: record}), dst_node_id=node,
                             message_type=wire.CANDIDATES) for node, record in records.items()]
         sent = sum(payload_bytes(m.content) for m in messages)
-        masked, received = _collect(grid, messages, timeout, excluded, "masked counts",
+        masked, received = collect_replies(grid, messages, timeout, excluded, "masked counts",
                                     lambda reply: validate_reply(reply.content, spec)[0][MASKED_KEY])
         noisy = secure.unmask(masked)
     except SecureRoundFailed as exc:
@@ -319,24 +320,6 @@ def _secure_private(grid: Grid, config: Mapping[str, Any], nodes: list[int], exc
     privacy = PrivacyReport(**secure_vocabulary.privacy_summary(epsilon, delta, max_words, len(candidates)))
     return (vocabulary, privacy, sorted(masked), sent + secure.bytes_sent,
             received + secure.bytes_received)
-
-
-def _collect(grid: Grid, messages: list[Message], timeout: float | None, excluded: dict[int, str], what: str,
-             parse: Any) -> tuple[dict[int, Any], int]:
-    """Each answering node's ``parse(reply)`` and the bytes received; a node whose reply is an error or fails
-    ``parse`` (ReplyError) goes into ``excluded`` with the reason."""
-    parsed, received = {}, 0
-    for reply in grid.send_and_receive(messages, timeout=timeout):
-        node = reply.metadata.src_node_id
-        if reply.has_error():
-            excluded[node] = error_reason(reply)
-            continue
-        received += payload_bytes(reply.content)
-        try:
-            parsed[node] = parse(reply)
-        except ReplyError as exc:
-            excluded[node] = f"{what} rejected: {exc}"
-    return parsed, received
 
 
 def _candidate_settings(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -74,15 +74,21 @@ from flower_topics.wire.protocol import (
 )
 
 def masked_spec(spec: ReplySpec, secure: SecureSumSettings) -> ReplySpec:
-    """What a reply is under secure aggregation: one masked integer vector of all of ``spec``'s arrays, no metrics."""
+    """What a reply is under secure aggregation: one masked integer vector of all of ``spec``'s arrays, no metrics,
+    and the entries of ``spec``'s config record (public labels of what was summed), if it has any."""
     size = sum(int(np.prod(a.shape)) for a in spec.arrays.values())
     return ReplySpec(spec.method, {MASKED_KEY: ArraySpec("integer", (size,), 0, 2.0 ** secure.bits,
                                                          what="masked update modulo 2^bits")},
-                     metrics=(), max_bytes=8 * size + (1 << 16))
+                     metrics=(), max_bytes=8 * size + (1 << 16), config=spec.config)
 
 
 #: Part of the error of a ClientApp that has no handler for the message type.
 NO_HANDLER = "function registered with name"
+
+
+def exclusion_reasons(excluded: Mapping[int, str]) -> str:
+    """Why each excluded node could not take part, in one line (``"no replies"`` when none is named)."""
+    return "; ".join(f"node {n}: {why}" for n, why in sorted(excluded.items())) or "no replies"
 
 
 class FederationError(UserInputError):
@@ -91,8 +97,7 @@ class FederationError(UserInputError):
     @classmethod
     def too_few(cls, stage: str, able: int, min_nodes: int, excluded: Mapping[int, str]) -> "FederationError":
         """One line: the stage, how many nodes can take part, and why the others cannot."""
-        reasons = "; ".join(f"node {n}: {why}" for n, why in sorted(excluded.items())) or "no replies"
-        return cls(f"{stage}: {able} node(s) can take part, min-nodes is {min_nodes} ({reasons})")
+        return cls(f"{stage}: {able} node(s) can take part, min-nodes is {min_nodes} ({exclusion_reasons(excluded)})")
 
 
 def wait_for_nodes(grid: Grid, min_nodes: int, excluded: Iterable[int] = ()) -> set[int]:

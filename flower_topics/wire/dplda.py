@@ -281,9 +281,9 @@ def planned_releases(config: Mapping[str, Any]) -> tuple[Release, ...]:
     mechanism = "skellam" if run.secure else "gaussian"
     planned = [Release(mechanism, run.noise_multiplier, run.sample_rate, steps=rounds,
                        sensitivity=run.sensitivity_units if run.secure else 0.0)]
-    if prevalence_noise(config):
-        planned.append(Release(mechanism, prevalence_noise(config), 1.0,
-                               sensitivity=run.sensitivity_units if run.secure else 0.0))
+    prevalence = prevalence_noise(config)
+    if prevalence:
+        planned.append(Release(mechanism, prevalence, 1.0, sensitivity=run.sensitivity_units if run.secure else 0.0))
     if str(config["vocabulary"]) == "private":
         planned.append(Release(APPROX_DP, epsilon=float(config["vocabulary-epsilon"]),
                                delta=float(config["vocabulary-delta"])))
