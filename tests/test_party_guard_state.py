@@ -57,3 +57,26 @@ def test_contradictory_guard_bounds_are_refused():
     guard._BOUNDS.clear()
     with pytest.raises(ValueError, match="0 <= fits < over"):
         guard.remember_bounds(("kind",), 1.0, 5, 5)
+
+
+def test_under_secure_aggregation_releases_at_another_noise_are_composed_as_they_were_made():
+    """A server that lowered the noise earlier in the run: the party composes every release at its own sigma (the
+    Skellam accountant), not all of them at today's, and refuses the release the lower noise has used up."""
+    from flower_topics.privacy.accountants import create_accountant
+
+    settings = DPLDASettings(n_topics=2, alpha=0.1, sample_rate=RATE, clip=1.0, noise_multiplier=1.0, epsilon=TARGET,
+                             delta=DELTA, secure=True, quantum=64.0)
+    sigma = wire.noise_multiplier({"dplda.clip": 1.0, "dplda.quantum": 64.0, "secure-aggregation": True,
+                                   "dplda.epsilon": TARGET, "dplda.delta": DELTA, "vocabulary": "file",
+                                   "vocabulary-epsilon": 0.0, "vocabulary-delta": 0.0, "dplda.sample-rate": RATE,
+                                   "num-rounds": 40})
+    settings = DPLDASettings(**{**settings.__dict__, "noise_multiplier": sigma})
+    low = np.tile([[sigma / 4, RATE]], (20, 1))
+    releases = np.vstack([low, [[sigma, RATE]]])
+    exact = create_accountant("skellam", sensitivity=settings.sensitivity_units)
+    exact.step(noise_multiplier=sigma / 4, sample_rate=RATE, steps=20)
+    exact.step(noise_multiplier=sigma, sample_rate=RATE)
+    assert exact.get_epsilon(DELTA) > TARGET  # the lower noise has spent the budget
+    assert wire.rounds_epsilon(settings, 21, DELTA) <= TARGET  # 21 releases at today's sigma would fit
+    guard._BOUNDS.clear()
+    assert client.spending_over_cap(releases, settings, 0.0, 0.0, TARGET) == pytest.approx(exact.get_epsilon(DELTA))

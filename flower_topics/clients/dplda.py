@@ -160,14 +160,14 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
     (:attr:`DPLDAClientState.guard`, used only for exactly the same question) and keeps there what it knows now.
     """
     limit, delta = cap * (1.0 + 1e-9), settings.delta - before_delta
-    if not settings.secure and np.any(releases != releases[-1]):  # a server that changed the noise mid-run
+    if np.any(releases != [settings.noise_multiplier, settings.sample_rate]):  # a release at another noise
         accountant = wire.accountant(settings)
         accountant.spend(before_eps, before_delta)
         for sigma, rate in releases:  # every release composed as it was made
             accountant.step(noise_multiplier=sigma, sample_rate=rate)
         spent = accountant.get_epsilon(settings.delta)
         return spent if spent > limit else None
-    # one run has one (sigma, q): its releases are one self-composed event
+    # every release at these settings' (sigma, q): one self-composed event
     kind = (settings.secure, settings.noise_multiplier, settings.sample_rate, delta, settings.sensitivity_units)
     epsilon_of = lambda n: wire.rounds_epsilon(settings, n, delta)  # noqa: E731
     budget = limit - before_eps
@@ -283,14 +283,8 @@ def prevalence_release(theta: np.ndarray, index: np.ndarray, n_periods: int, con
     if settings.secure and NOISE_SHARE not in config:
         raise UserInputError("dplda with secure aggregation: the prevalence request carries no secure-sum round")
     before_eps, before_delta, cap = _limits(config, settings)
-    accountant = wire.accountant(settings)
-    accountant.spend(before_eps, before_delta)
-    made, counts = np.unique(state.releases, axis=0, return_counts=True)
-    for (made_sigma, rate), count in zip(made, counts):
-        accountant.step(noise_multiplier=float(made_sigma), sample_rate=float(rate), steps=int(count))
-    accountant.step(noise_multiplier=sigma, sample_rate=1.0)
-    spent = accountant.get_epsilon(settings.delta)
-    if spent > cap * (1.0 + 1e-9):
+    spent = spending_over_cap(np.vstack([state.releases, [[sigma, 1.0]]]), settings, before_eps, before_delta, cap)
+    if spent is not None:
         raise UserInputError(f"the prevalence release would take the party to eps {spent:.4g} per document, over its "
                              f"cap {cap:g} (after {len(state.releases)} round releases); it is not sent")
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases), PREVALENCE_STREAM]))
