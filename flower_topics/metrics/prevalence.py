@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -120,17 +120,20 @@ class PrevalenceTable:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where((self.documents > 0) & (total > 0), positive / np.where(total > 0, total, 1), np.nan)
 
-    def write_csv(self, path: str | Path, labels: Sequence[str] | None = None) -> Path:
-        """``prevalence.csv``: one row per period and topic (:data:`CSV_COLUMNS`), topics numbered from 0."""
-        path = Path(path)
+    def csv_rows(self, labels: Sequence[str] | None = None) -> Iterator[list[str | int]]:
+        """The rows of ``prevalence.csv`` (:data:`CSV_COLUMNS`), one per period and topic, topics numbered from 0."""
         labels = list(labels) if labels is not None else [""] * self.n_topics
         shares = self.shares()
+        for t, period in enumerate(self.periods):
+            for k in range(self.n_topics):
+                share = "" if np.isnan(shares[k, t]) else f"{shares[k, t]:.6g}"
+                yield [period, k, labels[k], share, f"{self.documents[t]:.6g}"]
+
+    def write_csv(self, path: str | Path, labels: Sequence[str] | None = None) -> Path:
+        """``prevalence.csv``: :meth:`csv_rows` under the :data:`CSV_COLUMNS` header."""
+        path = Path(path)
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(CSV_COLUMNS)
-            for t, period in enumerate(self.periods):
-                documents = self.documents[t]
-                for k in range(self.n_topics):
-                    share = "" if np.isnan(shares[k, t]) else f"{shares[k, t]:.6g}"
-                    writer.writerow([period, k, labels[k], share, f"{documents:.6g}"])
+            writer.writerows(self.csv_rows(labels))
         return path

@@ -44,11 +44,7 @@ def write_by_party(path: Path, tables: Mapping[int, PrevalenceTable], labels: Se
         writer = csv.writer(handle)
         writer.writerow(("party", *CSV_COLUMNS))
         for party, table in sorted(tables.items()):
-            shares = table.shares()
-            for t, period in enumerate(table.periods):
-                for k in range(table.n_topics):
-                    share = "" if np.isnan(shares[k, t]) else f"{shares[k, t]:.6g}"
-                    writer.writerow([party, period, k, labels[k], share, f"{table.documents[t]:.6g}"])
+            writer.writerows([party, *row] for row in table.csv_rows(labels))
     return path
 
 
