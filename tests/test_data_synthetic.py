@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -13,7 +15,10 @@ from flower_topics.data import (
     partition_documents,
     save_truth,
 )
+from flower_topics.data.prepare import load_run_data
+from flower_topics.data.synthetic import FALLING_TOPIC, RISING_TOPIC, TREND
 from flower_topics.errors import UserInputError
+from flower_topics.run.config import parse_run_config
 
 CONFIG = SyntheticConfig()  # 5 nodes, K = 10 with K' = 5 shared, V = 500, 200 docs per node
 
@@ -126,8 +131,92 @@ def test_truth_round_trips(tmp_path, synthetic):
         ({"alpha": -1.0}, "alpha"),
         ({"doc_length": (100, 50)}, "doc_length"),
         ({"docs_per_node": 0}, "docs_per_node"),
+        ({"dates": (2024, 2020)}, "first year first"),
+        ({"dates": (1900, 2024)}, "at most 100"),
+        ({"dates": (2020, 2024), "n_shared_topics": 0}, "2 shared topics"),
     ],
 )
 def test_bad_synthetic_config_is_a_user_error(options, message):
     with pytest.raises(UserInputError, match=message):
         SyntheticConfig(**options)
+
+
+def _digest(synthetic) -> str:
+    digest = hashlib.sha256()
+    for array in (synthetic.corpus.tokens, synthetic.corpus.doc_ptr, synthetic.doc_topic, synthetic.topic_word):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def test_without_dates_the_corpus_is_the_one_before_dates_existed(synthetic):
+    """The digests were taken from the generator before it had dates: the default corpus is the same, array for
+    array (documents, offsets, true proportions and topics), and has no dates."""
+    assert _digest(synthetic) == "d641c6c4dbf10abaac2fdfdf563dcc9069824bc50bbf14c81b14d3fc4594c19a"
+    assert _digest(make_synthetic_corpus(CONFIG, seed=7)) == (
+        "11e3639673a2321682f3c0fed5c58f2ed440227d3c2f05d2460dfec60224bd28")
+    assert synthetic.corpus.dates is None
+    off = load_run_data(parse_run_config({"dataset": "synthetic", "synthetic-dates": ""}))
+    assert off.corpus.dates is None and _digest(off.synthetic) == _digest(synthetic)
+
+
+DATED = SyntheticConfig(dates=(2020, 2024), docs_per_node=1000, doc_length=(5, 10))
+
+
+def _year_means(synthetic, topic: int) -> np.ndarray:
+    years = np.array([date[:4] for date in synthetic.corpus.dates])
+    return np.array([synthetic.doc_topic[years == year, topic].mean() for year in sorted(set(years))])
+
+
+def test_dated_documents_get_a_month_of_the_span_on_every_node():
+    dated = make_synthetic_corpus(SyntheticConfig(dates=(2020, 2024)), seed=0)
+    dates = dated.corpus.dates
+    assert dates.shape == (dated.corpus.n_docs,)
+    assert all(len(d) == 7 and d[4] == "-" and "2020" <= d[:4] <= "2024" and "01" <= d[5:] <= "12" for d in dates)
+    for node in range(CONFIG.n_nodes):  # a label partition gives every party documents from every year
+        assert {d[:4] for d in dates[dated.corpus.labels == f"node-{node}"]} == {"2020", "2021", "2022", "2023", "2024"}
+    again = make_synthetic_corpus(SyntheticConfig(dates=(2020, 2024)), seed=0)
+    assert np.array_equal(again.corpus.dates, dates) and np.array_equal(again.corpus.tokens, dated.corpus.tokens)
+    assert not np.array_equal(make_synthetic_corpus(SyntheticConfig(dates=(2020, 2024)), seed=1).corpus.dates, dates)
+    one_year = make_synthetic_corpus(SyntheticConfig(dates=(2023, 2023), docs_per_node=50), seed=0).corpus.dates
+    assert {d[:4] for d in one_year} == {"2023"} and len(set(one_year)) == 12
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_planted_topics_true_share_rises_and_falls_year_by_year(seed):
+    """The generator's own proportions: topic 0's mean share of each year's documents rises strictly from year to
+    year and topic 1's falls, and each year's mean is the planted expectation (the Dirichlet mean
+    ``a_k / sum(a)`` of each document's parameters, from its month) within sampling error."""
+    dated = make_synthetic_corpus(DATED, seed=seed)
+    rising, falling = _year_means(dated, RISING_TOPIC), _year_means(dated, FALLING_TOPIC)
+    assert np.all(np.diff(rising) > 0) and np.all(np.diff(falling) < 0)
+    assert rising[0] < 0.1 < 0.3 < rising[-1] and falling[0] > 0.3 > 0.1 > falling[-1]
+    # the planted expectation, by hand: 6 topics a node at alpha, topic 0 times TREND^(2x-1), topic 1 the inverse
+    months = np.array([(int(d[:4]) - 2020) * 12 + int(d[5:]) - 1 for d in dated.corpus.dates])
+    place = months / 59
+    up, down = TREND ** (2 * place - 1), TREND ** (1 - 2 * place)
+    expected = np.column_stack([up, down]) / (up + down + 4)[:, None]
+    years = months // 12
+    for topic, observed in ((0, rising), (1, falling)):
+        planted = np.array([expected[years == y, topic].mean() for y in range(5)])
+        np.testing.assert_allclose(observed, planted, atol=0.06)  # 5 standard errors of a year's mean (<= 0.012)
+        assert np.all(np.diff(planted) > 0) if topic == 0 else np.all(np.diff(planted) < 0)
+    # the other shared topics hold no trend of their own beyond taking up the rest: none rises like topic 0
+    assert all(_year_means(dated, k)[-1] - _year_means(dated, k)[0] < 0.1 for k in range(2, DATED.n_shared_topics))
+
+
+def test_the_run_config_gives_the_corpus_its_dates():
+    data = load_run_data(parse_run_config({"dataset": "synthetic", "synthetic-dates": "2020-2024"}))
+    assert data.synthetic.corpus.dates is not None
+    assert np.array_equal(data.corpus.dates, data.synthetic.corpus.dates)  # the split keeps them
+    assert np.array_equal(data.train.dates, data.corpus.dates[data.corpus.split != "test"])
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"synthetic-dates": "2020"}, "span of years 'FIRST-LAST'"),
+    ({"synthetic-dates": "2024-2020"}, "first year first"),
+    ({"synthetic-dates": "2020-2024", "synthetic-shared-topics": 1}, "synthetic-shared-topics >= 2"),
+    ({"prevalence-period": "year"}, "set synthetic-dates"),
+])
+def test_bad_dates_options_are_one_line(options, message):
+    with pytest.raises(UserInputError, match=message):
+        parse_run_config({"dataset": "synthetic", **options})

@@ -19,7 +19,7 @@ from flower_topics.data.partition import parse_sizes, partition_documents
 from flower_topics.data.preprocessing import PreprocessConfig
 from flower_topics.data.readers import expand_path, load_corpus, path_exists
 from flower_topics.data.splits import ensure_split, training_corpus
-from flower_topics.data.synthetic import SyntheticConfig, SyntheticCorpus, make_synthetic_corpus
+from flower_topics.data.synthetic import SyntheticConfig, SyntheticCorpus, make_synthetic_corpus, parse_years
 from flower_topics.data.embedded import resolve_dataset
 from flower_topics.errors import UserInputError
 from flower_topics.options import shown
@@ -64,6 +64,7 @@ def synthetic_config(config: Mapping[str, object]) -> SyntheticConfig:
         alpha=float(config["synthetic-alpha"]),
         doc_length=(int(config["synthetic-doc-min-length"]), int(config["synthetic-doc-max-length"])),
         docs_per_node=int(config["synthetic-docs-per-node"]),
+        dates=parse_years(str(config.get("synthetic-dates", ""))),
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
 from flower_topics.data.periods import PERIODS, period_grid
 from flower_topics.data.readers import DATE_COLUMN_HELP
+from flower_topics.data.synthetic import years_problem
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, get_method
 from flower_topics.models.seed_words import SEED_WEIGHT
@@ -112,6 +113,9 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "synthetic-doc-max-length": Option(100, "synthetic corpus: longest document", at_least(1)),
         "synthetic-eta": Option(0.01, "synthetic corpus: topic-word Dirichlet prior", positive_finite),
         "synthetic-alpha": Option(0.1, "synthetic corpus: document-topic Dirichlet prior", positive_finite),
+        "synthetic-dates": Option("", "synthetic corpus: a span of years 'FIRST-LAST' (e.g. '2015-2024'): each "
+                                  "document gets a month in it, and true topic 0's share rises over it while topic "
+                                  "1's falls ('' = no dates)", years_problem),
         # --- priors
         "alpha": Option(0.1, "document-topic Dirichlet prior (symmetric)", positive_finite),
         "beta": Option(0.01, "topic-word Dirichlet prior (symmetric; LDA-family methods)", positive_finite),
@@ -277,6 +281,9 @@ def _check_consistency(config: dict[str, ConfigValue]) -> None:
         raise UserInputError("run-config synthetic-doc-min-length must be <= synthetic-doc-max-length")
     if config["synthetic-shared-topics"] > config["synthetic-topics"]:
         raise UserInputError("run-config synthetic-shared-topics must be <= synthetic-topics")
+    if str(config["synthetic-dates"]).strip() and config["synthetic-shared-topics"] < 2:
+        raise UserInputError("run-config synthetic-dates plants a rising and a falling shared topic: it needs "
+                             "synthetic-shared-topics >= 2")
     if str(config["prevalence-period"]):
         _check_prevalence(config)
     if config["partition"] == "sizes" and not str(config["partition-sizes"]).strip():
@@ -286,6 +293,9 @@ def _check_consistency(config: dict[str, ConfigValue]) -> None:
 def _check_prevalence(config: Mapping[str, ConfigValue]) -> None:
     """The prevalence keys that can be refused from the run config alone: from and to together and a valid grid,
     and per-party tables or the parties' own periods only without secure aggregation."""
+    if config["dataset"] == "synthetic" and not str(config["synthetic-dates"]).strip():
+        raise UserInputError("prevalence on the synthetic corpus needs its dates: set synthetic-dates, a span of "
+                             "years (e.g. synthetic-dates='2020-2024')")
     start, end = str(config["prevalence-from"]).strip(), str(config["prevalence-to"]).strip()
     if bool(start) != bool(end):
         raise UserInputError("prevalence-from and prevalence-to go together (e.g. prevalence-from='2015' "
