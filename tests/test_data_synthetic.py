@@ -18,6 +18,7 @@ from flower_topics.data import (
 from flower_topics.data.prepare import load_run_data
 from flower_topics.data.synthetic import FALLING_TOPIC, RISING_TOPIC, TREND
 from flower_topics.errors import UserInputError
+from flower_topics.federation.party_ledger import documents_fingerprint
 from flower_topics.run.config import parse_run_config
 
 CONFIG = SyntheticConfig()  # 5 nodes, K = 10 with K' = 5 shared, V = 500, 200 docs per node
@@ -157,6 +158,12 @@ def test_without_dates_the_corpus_is_the_one_before_dates_existed(synthetic):
     assert synthetic.corpus.dates is None
     off = load_run_data(parse_run_config({"dataset": "synthetic", "synthetic-dates": ""}))
     assert off.corpus.dates is None and _digest(off.synthetic) == _digest(synthetic)
+    # and a party's privacy ledger knows it as the same documents (the fingerprint taken before dates existed)
+    node = {"partition-id": 0, "num-partitions": 2}
+    assert documents_fingerprint(node, parse_run_config({"dataset": "synthetic"})) == (
+        "synthetic:2dfa119bb5c8b31461fb5145abea33ac7659a5660a932c0a79f2f5792f060335")
+    assert documents_fingerprint(node, parse_run_config({"dataset": "synthetic", "synthetic-dates": "2020-2024"})) != (
+        documents_fingerprint(node, parse_run_config({"dataset": "synthetic"})))
 
 
 DATED = SyntheticConfig(dates=(2020, 2024), docs_per_node=1000, doc_length=(5, 10))

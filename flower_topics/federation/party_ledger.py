@@ -94,7 +94,9 @@ def documents_fingerprint(node_config: Mapping[str, Any], config: Mapping[str, A
     options = node_options(node_config)
     dataset = str(options.get("dataset") or config.get("dataset", ""))
     if dataset == "synthetic" and not options.get("dataset"):
-        items = sorted((str(k), str(v)) for k, v in config.items() if str(k).startswith("synthetic-") or k == "seed")
+        # synthetic-dates off makes the same documents as before the option existed: the same fingerprint
+        items = sorted((str(k), str(v)) for k, v in config.items() if (str(k).startswith("synthetic-") or k == "seed")
+                       and not (k == "synthetic-dates" and not str(v).strip()))
         return "synthetic:" + hashlib.sha256(repr(items).encode("utf-8")).hexdigest()
     return "sha256:" + _content_hash(str(expand_path(resolve_dataset(dataset))))
 
