@@ -13,6 +13,7 @@ variable is unset) fails too, so a default that ignored ``FLOWER_TOPICS_DATASETS
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import runpy
 import shlex
@@ -91,13 +92,20 @@ def _parse(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", stop)
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(sys, "path", [str(Path(argv[0]).parent), *sys.path])  # as ``python script.py`` does
-    sys.modules.pop("benchmark_data", None)  # read FLOWER_TOPICS_DATASETS afresh
+    sys.modules.pop("benchmark_data", None)  # as imported before (another test), it may hold another folder
+    modules, environ = set(sys.modules), os.environ.copy()
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except _Parsed as parsed:
         return parsed.args[0]
     except SystemExit as exc:
         pytest.fail(f"the arguments were refused ({exc.code}): {capsys.readouterr().err.strip()}")
+    finally:  # the modules the script imported from benchmarks/ and the variables it set go
+        for name in set(sys.modules) - modules:
+            if str(ROOT / "benchmarks") in str(getattr(sys.modules[name], "__file__", "")):
+                del sys.modules[name]
+        os.environ.clear()
+        os.environ.update(environ)
     pytest.fail("the script ended without parsing its arguments")
 
 
@@ -130,6 +138,15 @@ def test_every_documented_benchmark_command_parses(page, command, datasets, monk
 def test_the_docs_spell_the_datasets_folder_by_its_variable():
     for page in PAGES:
         assert "../shared" not in page.read_text(), f"{page.name} names ../shared; write $FLOWER_TOPICS_DATASETS/..."
+
+
+def test_every_datasets_path_in_the_docs_is_in_the_layout():
+    """``$FLOWER_TOPICS_DATASETS/...`` anywhere (flower-topics commands, run configs, prose) names a corpus file."""
+    known = {f"{corpus}/{name}" for corpus, files in LAYOUT.items() for name in files} | set(LAYOUT)
+    named = [(page.name, path) for page in PAGES
+             for path in re.findall(r"\$FLOWER_TOPICS_DATASETS/([\w./-]*\w)", page.read_text())]
+    assert len(named) >= 40
+    assert [(page, path) for page, path in named if path not in known] == []
 
 
 def test_the_pages_have_their_benchmark_commands():
