@@ -1,6 +1,6 @@
 """Seconds of one party's federated evaluation, and of the theta fold-in inside it.
 
-    python benchmarks/bench_evaluation.py --dataset ../shared/datasets/debian_large/corpus.jsonl --parties 5 --topics 100
+    python benchmarks/bench_evaluation.py --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl --parties 5 --topics 100
 
 One party's share of a corpus (``partition-id=0`` of ``--parties``, the run's split) is
 scored as an ``evaluate`` message asks (:class:`flower_topics.evaluation.federated.PartyScorer`, at a party's

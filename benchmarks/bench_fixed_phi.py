@@ -1,6 +1,6 @@
 """FedLDA local samplers: tokens/s of alias MH vs Gibbs against a fixed phi, side by side.
 
-    python benchmarks/bench_fixed_phi.py --dataset ../shared/datasets/BBC_News --topics 20 100
+    python benchmarks/bench_fixed_phi.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --topics 20 100
 
 One core; phi is a smoothed random topic-word matrix (the speed does not depend on its
 values); compilation and alias-table construction excluded from the sweep timings

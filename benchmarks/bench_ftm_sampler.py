@@ -1,6 +1,6 @@
 """FTM private Metropolis-Hastings: tokens/s of a local iteration and memory of the noisy statistics.
 
-    python benchmarks/bench_ftm_sampler.py --dataset ../shared/datasets/BBC_News --topics 20 \
+    python benchmarks/bench_ftm_sampler.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --topics 20 \
         --settings 11:0.2 inf:0.2
 
 One core. For each (eps, tau) setting: the time to privatize every token once (eq. 9-10 plus the

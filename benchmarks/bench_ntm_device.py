@@ -6,7 +6,7 @@ Two steps, because the GPU machine has no Flower and no corpora (only torch, num
     python benchmarks/bench_ntm_device.py prepare --out runs/ntm-device/bbc.npz
     # on the GPU machine (the `device` tool), ours and, with --library, the contextualized-topic-models library
     python benchmarks/bench_ntm_device.py time --data runs/ntm-device/bbc.npz --devices cpu cuda --epochs 20
-    # a larger corpus, counts only (ProdLDA): --dataset ../shared/datasets/debian_large/corpus.jsonl --no-embeddings
+    # a larger corpus, counts only (ProdLDA): --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl --no-embeddings
 
 ``time`` trains each model (K=20, the CTM library's defaults: hidden (100, 100), softplus, dropout 0.2, batch
 64, Adam lr 2e-3) for one untimed epoch, then ``--epochs`` timed epochs, on each device, and prints one JSON

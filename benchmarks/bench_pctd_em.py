@@ -1,6 +1,6 @@
 """PC-TD local EM iteration (Algorithm 1, lines 4-10): seconds per iteration and peak memory.
 
-    python benchmarks/bench_pctd_em.py --dataset ../shared/datasets/BBC_News --topics 20 --n 3
+    python benchmarks/bench_pctd_em.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --topics 20 --n 3
 
 Training documents of the corpus as one party, non-overlapping n-gram units, noise
 N(0, sigma^2) on all U x V unit counts (the exact fast draw of

@@ -1,7 +1,7 @@
 """Whole-process cost of a run, side by side with tomotopy: seconds, evaluation's share and peak memory.
 
-    python benchmarks/bench_run_cost.py --dataset ../shared/datasets/BBC_News --rounds 1000
-    python benchmarks/bench_run_cost.py --dataset ../shared/datasets/debian_large/corpus.jsonl \\
+    python benchmarks/bench_run_cost.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --rounds 1000
+    python benchmarks/bench_run_cost.py --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl \\
         --parties 5 --topics 100 --rounds 10
 
 Runs, one after the other on the same machine, as separate processes timed from start to

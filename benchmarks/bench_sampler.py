@@ -1,7 +1,7 @@
 """Sampler speed: collapsed Gibbs sweeps, ours vs tomotopy, alternated side by side.
 
-    python benchmarks/bench_sampler.py --dataset ../shared/datasets/BBC_News \
-        ../shared/datasets/debian_large/corpus.jsonl --topics 20 100 300 1000 \
+    python benchmarks/bench_sampler.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News \
+        $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl --topics 20 100 300 1000 \
         --sweeps 10 --repeats 3 --max-topic-tokens 1e10
 
 Both run on one core (tomotopy ``workers=1``; ours is single-threaded) on all documents

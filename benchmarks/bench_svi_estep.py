@@ -1,6 +1,6 @@
 """dplda's local E-step against scikit-learn's online LDA on the same batch (issue 22 item 4).
 
-    python benchmarks/bench_svi_estep.py --dataset ../shared/datasets/debian_large/corpus.jsonl \\
+    python benchmarks/bench_svi_estep.py --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl \\
         --topics 20 100 --sample-rate 0.2 --repeats 3
 
 One batch: each training document of the corpus kept with probability ``--sample-rate`` (a

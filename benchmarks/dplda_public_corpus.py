@@ -1,6 +1,6 @@
 """A public tuning corpus for dplda: public topics, the private corpus' coarse shape.
 
-    python benchmarks/dplda_public_corpus.py --public ../shared/datasets/BBC_News \
+    python benchmarks/dplda_public_corpus.py --public $FLOWER_TOPICS_DATASETS/BBC_News \
         --train-docs 47300 --test-docs 5260 --mean-length 38 --out runs/dplda-public/bbc-shaped
 
 dplda's settings (post-processing threshold, rounds) must not be tuned on the parties'

@@ -1,8 +1,8 @@
 """dplda quality against whole-run epsilon, with non-private federated ``lda`` on the same vocabulary.
 
-    python benchmarks/dplda_quality.py --dataset ../shared/datasets/debian_large/corpus.jsonl \
+    python benchmarks/dplda_quality.py --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl \
         --out runs/dplda-quality/debian
-    python benchmarks/dplda_quality.py --dataset ../shared/datasets/BBC_News --out runs/dplda-quality/bbc
+    python benchmarks/dplda_quality.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --out runs/dplda-quality/bbc
 
 Every model is trained through the package's own ServerApp and ClientApp in this process
 (:class:`~flower_topics.simulations.inprocess.InProcessGrid`), 5 parties split by label, on

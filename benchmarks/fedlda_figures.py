@@ -1,7 +1,7 @@
 """Reproduce FedLDA's Fig. 5 (a-l) and Table 2 (Wang, Tong and Shi, AAAI 2020) on our corpora.
 
-    python benchmarks/fedlda_figures.py --dataset ../shared/datasets/BBC_News --out runs/fedlda-figures/bbc
-    python benchmarks/fedlda_figures.py --dataset ../shared/datasets/M10 --topics 10 --out runs/fedlda-figures/m10
+    python benchmarks/fedlda_figures.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --out runs/fedlda-figures/bbc
+    python benchmarks/fedlda_figures.py --dataset $FLOWER_TOPICS_DATASETS/M10 --topics 10 --out runs/fedlda-figures/m10
 
 Every document is a user (the paper's setting), so how documents are grouped into
 clients does not change FedLDA's result: each round runs the client algorithm

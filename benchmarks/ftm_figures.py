@@ -1,6 +1,6 @@
 """FTM (Jiang et al., CIKM 2019): the paper's experiments on our corpora, one command.
 
-    python benchmarks/ftm_figures.py --dataset ../shared/datasets/BBC_News --out runs/ftm-figures/bbc
+    python benchmarks/ftm_figures.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --out runs/ftm-figures/bbc
 
 Three parties split by label with sizes in the ratio 1:2:3 (non-IID and unbalanced, the
 paper's data-scarcity setting), K=20 (every party's K_p), the package's ServerApp and

@@ -1,6 +1,6 @@
 """Membership-inference audit of our own trained topic models (threshold attack and LiRA).
 
-    nice -n 10 python benchmarks/membership_attack.py --dataset ../shared/datasets/BBC_News \\
+    nice -n 10 python benchmarks/membership_attack.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News \\
         --out runs/mia-bbc --shadows 16 --methods lda dplda:eps=1,8
 
 A pool of documents is drawn from the corpus (all of it, or ``--pool`` documents). Each of

@@ -8,7 +8,7 @@ The gFedNTM paper (Calvo-Bartolomé and Arenas-García, section 4.2, eq. 7, Fig.
 of 5 parties the documents of one field, trains a non-collaborative model at every party
 and a federated one, and measures how well a model covers the topics of party ``l`` by the
 Average Minimum Word Mover's Distance from the topics of ``l``'s own (local) model to the
-evaluated model's topics. Here, with BBC News (``../shared/datasets/BBC_News``, OCTIS
+evaluated model's topics. Here, with BBC News (``$FLOWER_TOPICS_DATASETS/BBC_News``, OCTIS
 split) and ``partition="label"`` (party ``p`` holds the training documents of the ``p``-th
 label in sorted order: business, entertainment, politics, sport, tech), every model goes
 through the package's real path (``run_server`` on an

@@ -1,7 +1,7 @@
 """Reproduce PC-TD's Figs. 2-4 and its tau study (Shi et al., IEEE Intelligent Systems 2020) on our corpora.
 
-    python benchmarks/pctd_figures.py --dataset ../shared/datasets/BBC_News --out runs/pctd-figures/bbc
-    python benchmarks/pctd_figures.py --dataset ../shared/datasets/debian_descriptions --out runs/pctd-figures/debian
+    python benchmarks/pctd_figures.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --out runs/pctd-figures/bbc
+    python benchmarks/pctd_figures.py --dataset $FLOWER_TOPICS_DATASETS/debian_descriptions/corpus.jsonl --out runs/pctd-figures/debian
 
 The training documents are split into 3 parties in the paper's ratio 85:165:252 (seeded,
 scaled to the corpus). Each round runs the party code (:func:`flower_topics.clients.pctd.train_round`)

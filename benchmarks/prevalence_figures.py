@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +26,8 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_data import DATASETS  # noqa: E402
 
 
 def run(config: dict, parties: int, out: Path) -> dict:
@@ -65,7 +67,7 @@ def fold_in_seconds(corpus: str, parties: int, topics: int) -> tuple[int, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", default=str(SHARED / "pypi_summaries" / "corpus.jsonl"))
+    parser.add_argument("--corpus", default=str(DATASETS / "pypi_summaries" / "corpus.jsonl"))
     parser.add_argument("--parties", type=int, default=5)
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=40)

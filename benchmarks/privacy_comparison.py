@@ -1,6 +1,6 @@
 """Every method on the document unit: the whole run's guarantee from its own report, quality, and an attack.
 
-    python benchmarks/privacy_comparison.py --dataset ../shared/datasets/BBC_News --out runs/privacy-comparison
+    python benchmarks/privacy_comparison.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --out runs/privacy-comparison
 
 Trains every registered method with its README settings (docs/<method>.md) through the
 package's own ServerApp and ClientApp in this process

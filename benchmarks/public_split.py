@@ -5,8 +5,9 @@
 writes ``public.jsonl`` (``--fraction`` of the documents, drawn with ``--seed``) and ``private.jsonl``
 (the rest) into ``--out``, one ``{"text": ..., "label": ...}`` per line: the setting of
 ``dplda.public-corpus`` (docs/dplda.md, "A public head start"), where the public share stands for
-public text of the parties' domain. ``--dataset`` is a path, or a name under ``FLOWER_TOPICS_DATASETS``
-(:mod:`benchmark_data`); the documents are read with the package's readers and written as their words.
+public text of the parties' domain. ``--dataset`` is a path (a relative one from the working directory),
+or a corpus name under ``FLOWER_TOPICS_DATASETS`` (:mod:`benchmark_data`); the documents are read with
+the package's readers and written as their words.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_data import DATASETS
+from benchmark_data import dataset_path
 
 from flower_topics.data.readers import load_corpus
+from flower_topics.errors import UserInputError
 
 
 def write(path: Path, texts: list[str], labels: list[str] | None) -> None:
@@ -34,15 +36,19 @@ def write(path: Path, texts: list[str], labels: list[str] | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", required=True, help="a corpus path, or a name under FLOWER_TOPICS_DATASETS")
+    parser.add_argument("--dataset", required=True,
+                        help="a corpus path (relative: from the working directory), or a corpus name under "
+                             "FLOWER_TOPICS_DATASETS")
     parser.add_argument("--fraction", type=float, default=0.1, help="share of the documents made public")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     if not 0 < args.fraction < 1:
         raise SystemExit("--fraction must be in (0, 1)")
-    path = Path(args.dataset) if Path(args.dataset).exists() else DATASETS / args.dataset
-    corpus = load_corpus(path)
+    try:
+        corpus = load_corpus(dataset_path(args.dataset))
+    except UserInputError as exc:
+        raise SystemExit(str(exc)) from None
     texts = [" ".join(corpus.words(d)) for d in range(corpus.n_docs)]
     labels = None if corpus.labels is None else [str(x) for x in corpus.labels]
     order = np.random.default_rng(args.seed).permutation(corpus.n_docs)

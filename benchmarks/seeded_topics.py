@@ -1,16 +1,16 @@
 """Guided topics: federated ``lda`` (or ``--method``) with and without seed words, side by side, and the sweep's speed.
 
-    python benchmarks/seeded_topics.py --dataset ../shared/datasets/BBC_News \
+    python benchmarks/seeded_topics.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News \
         --seeds benchmarks/seeds/bbc_news.txt --labels business entertainment politics sport tech \
         --out runs/seeded/bbc
-    python benchmarks/seeded_topics.py --dataset ../shared/datasets/debian_large/corpus.jsonl \
+    python benchmarks/seeded_topics.py --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl \
         --seeds benchmarks/seeds/debian_large.txt --labels games sound science fonts mail --topics 50 \
         --set max-vocab=5000 --speed-topics 50 --repeats 5 --out runs/seeded/debian
-    python benchmarks/seeded_topics.py --dataset ../shared/datasets/BBC_News \
+    python benchmarks/seeded_topics.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News \
         --seeds benchmarks/seeds/bbc_news.txt --speed-only --speed-topics 20 1000
-    python benchmarks/seeded_topics.py --method dplda --dataset ../shared/datasets/BBC_News \
+    python benchmarks/seeded_topics.py --method dplda --dataset $FLOWER_TOPICS_DATASETS/BBC_News \
         --seeds benchmarks/seeds/bbc_news.txt --labels business entertainment politics sport tech --rounds 40 \
-        --set vocabulary=$PWD/../shared/datasets/BBC_News/vocabulary.txt --set federated-eval=false \
+        --set vocabulary=$FLOWER_TOPICS_DATASETS/BBC_News/vocabulary.txt --set federated-eval=false \
         --set dplda.epsilon=3 --speed-topics --out runs/seeded/bbc-dplda
 
 Quality: two federated runs of ``--method`` (default ``lda``; any method that takes seed words) through the package's ServerApp and ClientApp in this

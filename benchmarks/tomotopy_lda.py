@@ -4,9 +4,9 @@ Trains tomotopy's collapsed Gibbs LDA on the training documents (train + val) of
 corpus and writes ``model.npz``, so that ``flower-topics evaluate`` scores it with
 exactly the metrics our own runs get::
 
-    python benchmarks/tomotopy_lda.py --dataset ../shared/datasets/BBC_News --topics 20 \\
+    python benchmarks/tomotopy_lda.py --dataset $FLOWER_TOPICS_DATASETS/BBC_News --topics 20 \\
         --iterations 1000 --seed 0 --out runs/tomotopy-bbc-s0
-    flower-topics evaluate --model runs/tomotopy-bbc-s0/model.npz --corpus ../shared/datasets/BBC_News --labels
+    flower-topics evaluate --model runs/tomotopy-bbc-s0/model.npz --corpus $FLOWER_TOPICS_DATASETS/BBC_News --labels
 """
 
 from __future__ import annotations
