@@ -185,11 +185,13 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
 
 
 def all_node_options() -> dict[str, Option]:
-    """Every node-config key a party may set: the data and federation keys, then each method's own."""
+    """Every node-config key a party may set: the data and federation keys, its ledger and policy, then each
+    method's own."""
     from flower_topics.data.node_data import NODE_OPTIONS
     from flower_topics.privacy.ledger import LEDGER_OPTIONS
+    from flower_topics.privacy.party_policy import POLICY_OPTIONS
 
-    table = {**NODE_OPTIONS, **LEDGER_OPTIONS}
+    table = {**NODE_OPTIONS, **LEDGER_OPTIONS, **POLICY_OPTIONS}
     for spec in METHODS.values():
         table.update(spec.node_options)
     return table
