@@ -1,0 +1,155 @@
+"""A hostile server against real parties: the package's ClientApp on the in-process grid, with a grid that rewrites
+the server's messages before they reach the parties (adds party-side keys, removes records, sends extreme numbers,
+names another method, repeats releases, lists fake participants). Each party refuses in one line or answers within
+its own policy, whatever the message says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Message, RecordDict
+
+from flower_topics import secure_sum
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.federation.server_app import run_server
+from flower_topics.federation.vocabulary_agreement import agree_vocabulary
+from flower_topics.simulations.inprocess import InProcessGrid
+from flower_topics.wire.protocol import CONFIG, UPDATE
+from tests.test_prevalence_run import GROUP_A, GROUP_B, PARTIES, _party_file
+
+Rewrite = Callable[[Message], Message]
+
+
+class HostileGrid(InProcessGrid):
+    """In-process parties behind a server whose messages of chosen types are rewritten before they arrive; every
+    message a party received is kept with its reply (:attr:`log`)."""
+
+    def __init__(self, client_app, node_configs, run_config, rewrite: dict[str, Rewrite] | None = None) -> None:
+        super().__init__(client_app, node_configs, run_config)
+        self.rewrite = rewrite or {}
+        self.log: list[tuple[Message, Message]] = []
+
+    def _deliver(self, messages: Iterable[Message]) -> list[Message]:
+        replies = []
+        for msg in messages:
+            change = self.rewrite.get(msg.metadata.message_type)
+            sent = change(msg) if change else msg
+            for reply in super()._deliver([sent]):
+                self.log.append((sent, reply))
+                replies.append(reply)
+        return replies
+
+    def replies(self, kind: str) -> list[Message]:
+        """The replies to every message of type ``kind``."""
+        return [reply for msg, reply in self.log if msg.metadata.message_type == kind]
+
+    def sent(self, kind: str) -> list[Message]:
+        """Every message of type ``kind`` the parties received."""
+        return [msg for msg, _ in self.log if msg.metadata.message_type == kind]
+
+    def send(self, msg: Message, node_id: int, **config) -> Message:
+        """``msg`` again, to ``node_id``, its config record changed by ``config``: the party's reply."""
+        content = RecordDict({name: record for name, record in msg.content.items() if name != CONFIG})
+        content[CONFIG] = ConfigRecord({**dict(msg.content[CONFIG]), **config})
+        again = Message(content=content, dst_node_id=node_id, message_type=msg.metadata.message_type)
+        return self.send_and_receive([again])[0]
+
+
+def _with_config(**extra) -> Rewrite:
+    def change(msg: Message) -> Message:
+        msg.content[CONFIG] = ConfigRecord({**dict(msg.content[CONFIG]), **extra})
+        return msg
+    return change
+
+
+def _without(record: str, **extra) -> Rewrite:
+    def change(msg: Message) -> Message:
+        if record in msg.content:
+            del msg.content[record]
+        return _with_config(**extra)(msg)
+    return change
+
+
+def _refused(reply: Message, *words: str) -> str:
+    """The one-line reason of a refusal (asserting it is one, with ``words`` in it, and carries no update)."""
+    assert reply.has_error(), "the party answered"
+    assert not reply.has_content()
+    reason = reply.error.reason
+    assert "\n" not in reason and all(word in reason for word in words), reason
+    return reason
+
+
+@pytest.fixture
+def parties(tmp_path):
+    """Three parties' dated files and a public vocabulary file: ``(node configs, vocabulary path)``."""
+    rng = np.random.default_rng(5)
+    nodes = [{"dataset": _party_file(tmp_path, f"party{i}", rng, dated, undated), "date-column": "date",
+              "num-partitions": len(PARTIES)} for i, (dated, undated) in enumerate(PARTIES)]
+    words = tmp_path / "vocabulary.txt"
+    words.write_text("\n".join(GROUP_A + GROUP_B) + "\n", encoding="utf-8")
+    return nodes, str(words)
+
+
+def _dplda(tmp_path, words: str, **extra) -> dict:
+    return {"dataset": "party-files", "num-topics": 2, "min-df": 1, "stopwords": "none", "date-column": "date",
+            "method": "dplda", "vocabulary": words, "federated-eval": False, "dplda.sample-rate": 0.5,
+            "dplda.epsilon": 3.0, "num-rounds": 2, "dplda.init": "random", "output-dir": str(tmp_path / "run"),
+            **extra}
+
+
+def _run(grid: HostileGrid, config: dict) -> None:
+    """The run as far as the parties let it go (a refused round stops it: that is the point)."""
+    try:
+        run_server(grid, config)
+    except Exception:  # noqa: BLE001 - the server's own failure once the parties refuse
+        pass
+
+
+def _grid(nodes, config, rewrite=None, **node_extra) -> HostileGrid:
+    return HostileGrid(make_client_app(config), [{**node, **node_extra} for node in nodes], config, rewrite)
+
+
+# row 1: a secure run's request stripped of its secure-sum round, with a tiny share of the noise in its settings
+def test_a_secure_request_without_its_round_and_with_a_server_sent_noise_share_is_refused(tmp_path, parties):
+    nodes, words = parties
+    config = _dplda(tmp_path, words, **{"secure-aggregation": True})
+    strip = _without(secure_sum.ROUND_RECORD, **{"secure-sum.noise-share": 1e-12})
+    grid = _grid(nodes, config, {"train.dplda": strip})
+    _run(grid, config)
+    assert len(grid.replies("train.dplda")) == 3
+    for reply in grid.replies("train.dplda"):
+        _refused(reply, "secure-sum.noise-share")
+    # the round removed alone: still refused, nothing unmasked leaves
+    grid = _grid(nodes, config, {"train.dplda": _without(secure_sum.ROUND_RECORD)})
+    _run(grid, config)
+    for reply in grid.replies("train.dplda"):
+        _refused(reply, "no secure-sum round")
+    # the prevalence request of a secure run, stripped the same way
+    prevalence = {**config, "prevalence-period": "quarter", "prevalence-from": "2020", "prevalence-to": "2021-12"}
+    grid = _grid(nodes, prevalence, {"query.prevalence": strip})
+    _run(grid, prevalence)
+    assert len(grid.replies("query.prevalence")) == 3
+    for reply in grid.replies("query.prevalence"):
+        _refused(reply, "secure-sum.noise-share")
+
+
+# row 2: the server tells the party what it has spent
+@pytest.mark.parametrize("key, value", [("party.spent-epsilon", -1000.0), ("party.max-epsilon", 1000.0),
+                                        ("party.spent-delta", -1.0), ("max-epsilon", 1000.0),
+                                        ("secure-sum.entry-limit", 1 << 60)])
+def test_a_party_side_key_in_the_servers_settings_is_refused_and_the_partys_cap_holds(tmp_path, parties, key,
+                                                                                       value):
+    nodes, words = parties
+    config = _dplda(tmp_path, words)
+    grid = _grid(nodes, config, {"train.dplda": _with_config(**{key: value})}, **{"max-epsilon": 0.5})
+    _run(grid, config)
+    assert len(grid.replies("train.dplda")) == 3
+    for reply in grid.replies("train.dplda"):
+        _refused(reply, repr(key))
+    # honest settings: the party's own cap (0.5, below one release of this run) refuses the first round
+    grid = _grid(nodes, config, **{"max-epsilon": 0.5})
+    _run(grid, config)
+    for reply in grid.replies("train.dplda"):
+        _refused(reply, "over its privacy cap")
