@@ -153,3 +153,61 @@ def test_a_party_side_key_in_the_servers_settings_is_refused_and_the_partys_cap_
     _run(grid, config)
     for reply in grid.replies("train.dplda"):
         _refused(reply, "over its privacy cap")
+
+
+# row 3: the private vocabulary request again
+def test_a_repeated_vocabulary_release_is_composed_with_fresh_draws_and_refused_under_a_guarantee(tmp_path, parties):
+    from flower_topics.wire.agreement import DOC_FREQ
+
+    nodes, _ = parties
+    config = {"dataset": "party-files", "min-df": 1, "stopwords": "none", "vocabulary": "private",
+              "vocabulary-epsilon": 50.0, "num-topics": 2}
+    grid = _grid(nodes, config, **{"secret-seed": 7})
+    agree_vocabulary(grid, config)
+    request, honest = grid.sent("query.candidates")[0], grid.replies("query.candidates")[0]
+    node = request.metadata.dst_node_id
+    again = grid.send(request, node)  # the same request: a secret-seeded party draws new noise
+    first, second = (reply.content[UPDATE][DOC_FREQ].numpy() for reply in (honest, again))
+    assert first.size and second.size and not np.array_equal(first, second)
+    from flower_topics.federation.party_side import party_account
+
+    grid.send(request, node, epsilon=0.001)  # at any epsilon: every release is kept in the party's own account
+    spent, delta = party_account(grid.contexts[node].state).vocabulary_spent
+    assert spent == pytest.approx(50.0 + 50.0 + 0.001, rel=1e-12)
+    assert delta == pytest.approx(3 * float(request.content[CONFIG]["delta"]))
+    # a party that requires a document-level guarantee makes no release twice
+    grid = _grid(nodes, config, **{"require-document-guarantee": True})
+    agree_vocabulary(grid, config)
+    request = grid.sent("query.candidates")[0]
+    _refused(grid.send(request, request.metadata.dst_node_id, epsilon=0.001), "makes no release twice")
+
+
+def _recorded_lda_run(tmp_path, nodes, words) -> HostileGrid:
+    """An honest lda run with federated evaluation and prevalence, every message recorded."""
+    config = {"dataset": "party-files", "num-topics": 2, "min-df": 1, "stopwords": "none", "date-column": "date",
+              "method": "lda", "vocabulary": words, "num-rounds": 1, "lda.local-sweeps": 2, "eval-iterations": 5,
+              "prevalence-period": "quarter", "output-dir": str(tmp_path / "lda-run")}
+    grid = _grid(nodes, config)
+    run_server(grid, config)
+    return grid
+
+
+# row 4: another method's requests to a party set up for dplda, without a ledger
+@pytest.mark.parametrize("policy", [{"require-document-guarantee": True}, {"accept-methods": "dplda"}])
+def test_a_party_for_a_document_guarantee_refuses_other_methods_evaluation_and_plain_prevalence(tmp_path, parties,
+                                                                                                policy):
+    nodes, words = parties
+    recorded = _recorded_lda_run(tmp_path, nodes, words)
+    kinds = {msg.metadata.message_type for msg, _ in recorded.log}
+    assert {"train.lda", "evaluate", "query.prevalence", "query.vocabulary"} <= kinds
+    config = _dplda(tmp_path, words)
+    grid = _grid(nodes, config, **policy)
+    run_server(grid, config)  # an honest dplda run: answered
+    assert not any(reply.has_error() for reply in grid.replies("train.dplda"))
+    node = next(iter(grid.contexts))
+    for kind, words_in_reason in (("train.lda", ()), ("evaluate", ("guarantee",)), ("query.prevalence", ())):
+        msg = next(m for m in recorded.sent(kind) if m.metadata.dst_node_id == node)
+        if kind == "evaluate" and "accept-methods" in policy:
+            continue  # evaluation names no method: only a party that requires the guarantee refuses it
+        reply = grid.send(msg, node, vocabulary=str(grid.contexts[node].state["vocabulary"]["fingerprint"]))
+        _refused(reply, *words_in_reason)
