@@ -5,6 +5,7 @@ its own policy, whatever the message says."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -211,3 +212,27 @@ def test_a_party_for_a_document_guarantee_refuses_other_methods_evaluation_and_p
             continue  # evaluation names no method: only a party that requires the guarantee refuses it
         reply = grid.send(msg, node, vocabulary=str(grid.contexts[node].state["vocabulary"]["fingerprint"]))
         _refused(reply, *words_in_reason)
+
+
+# row 8: what a refusal tells the server
+def test_refusals_tell_the_server_the_reason_only(tmp_path, parties):
+    nodes, words = parties
+    config = _dplda(tmp_path, words)
+    ledger = {"privacy-ledger": str(tmp_path / "ledger.json"), "lifetime-epsilon": 0.4321}
+    grid = _grid(nodes, config, **ledger)  # a lifetime cap below one run: refused at the first message
+    _run(grid, config)
+    reasons = [reply.error.reason for _, reply in grid.log if reply.has_error()]
+    own = {"privacy-ledger": str(tmp_path / "ledger.json"), "lifetime-epsilon": 50.0, "max-epsilon": 0.1234}
+    grid = _grid(nodes, config, **own)  # a round over the party's own cap
+    _run(grid, config)
+    reasons += [reply.error.reason for _, reply in grid.log if reply.has_error()]
+    recorded = _recorded_lda_run(tmp_path, nodes, words)  # an unaccounted release asked of a party with a ledger
+    node = next(iter(grid.contexts))
+    for kind in ("evaluate", "train.lda"):
+        msg = next(m for m in recorded.sent(kind) if m.metadata.dst_node_id == node)
+        reasons.append(_refused(grid.send(msg, node), "no document-level accounting"))
+    for reason in reasons:
+        assert str(tmp_path) not in reason and "ledger.json" not in reason, reason  # no path of the party's
+        assert "0.4321" not in reason and "0.1234" not in reason and "50" not in reason, reason  # no cap
+        assert not re.search(r"\beps(ilon)?\b", reason), reason  # no spend, of this run or another
+    assert any("lifetime" in r for r in reasons) and any("privacy cap" in r for r in reasons), reasons

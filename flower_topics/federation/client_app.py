@@ -270,7 +270,7 @@ def carried_evaluation(msg: Message, context: Context, config: Mapping[str, Any]
             return documents.scorer.scores(request), ""
     except UserInputError as exc:
         log(ERROR, "flower-topics: evaluation: %s", exc)
-        return None, f"evaluation: {exc.reply}"
+        return None, f"evaluation: {party_side.server_reason(exc, context.node_config)}"
     except (KeyError, TypeError, ValueError) as exc:  # not an evaluate request (a record or key missing)
         log(ERROR, "flower-topics: evaluation: a malformed request (%s: %s)", type(exc).__name__, exc)
         return None, "evaluation: a malformed request"
@@ -444,7 +444,8 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
                 return reply
             except UserInputError as exc:
                 log(ERROR, "flower-topics: %s: %s", name, exc)
-                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {exc.reply}"), reply_to=msg)
+                reason = party_side.server_reason(exc, context.node_config)  # the reason only: no path, cap or spend
+                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {reason}"), reply_to=msg)
             finally:
                 message_timing.record(name, started)
 

@@ -21,6 +21,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from flower_topics import secure_sum
 from flower_topics.data.node_data import node_options
+from flower_topics.data.readers import expand_path
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, MethodSpec
 from flower_topics.options import coerce
@@ -64,6 +65,18 @@ def check_request(msg: Message) -> None:
                 secure_sum.ROUND_RECORD not in msg.content.config_records:
             raise UserInputError("the request's settings say secure aggregation but it carries no secure-sum round: "
                                  "this party sends no unmasked release with a share of the noise")
+
+
+def server_reason(exc: UserInputError, node_config: Mapping[str, Any]) -> str:
+    """What a refusal tells the server: the reason only. The error's :attr:`~flower_topics.errors.UserInputError.reply`
+    (the sites that know caps, budgets or other runs' spend give one without them), with every path of the party's
+    node config (its files, its ledger, its folders) replaced; the party's own log keeps the whole line."""
+    reason = exc.reply
+    for value in node_config.values():
+        if isinstance(value, str) and ("/" in value or "\\" in value):
+            for form in sorted({value, str(expand_path(value))}, key=len, reverse=True):
+                reason = reason.replace(form, "(a path of this party's)")
+    return reason
 
 
 def party_options(spec: MethodSpec, node_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -157,4 +170,4 @@ def party_facts(spec: MethodSpec | None, msg: Message, context: Context) -> Part
 
 
 __all__ = ["ACCOUNT_STATE", "PARTY_KEYS", "PARTY_PREFIXES", "check_policy", "check_request", "party_account",
-           "party_facts", "party_options", "party_policy", "party_side_keys", "record_release"]
+           "party_facts", "party_options", "party_policy", "party_side_keys", "record_release", "server_reason"]
