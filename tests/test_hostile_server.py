@@ -236,3 +236,32 @@ def test_refusals_tell_the_server_the_reason_only(tmp_path, parties):
         assert "0.4321" not in reason and "0.1234" not in reason and "50" not in reason, reason  # no cap
         assert not re.search(r"\beps(ilon)?\b", reason), reason  # no spend, of this run or another
     assert any("lifetime" in r for r in reasons) and any("privacy cap" in r for r in reasons), reasons
+
+
+# row 5: fake participants under secure aggregation
+@pytest.mark.parametrize("told, share_of", [({}, lambda tolerance: 1 / (3 - tolerance)),  # num-partitions=3
+                                            ({"federation-size": 3}, lambda tolerance: 1 / (3 - tolerance)),
+                                            ({"num-partitions": None}, lambda tolerance: 1.0)])  # told nothing
+def test_fake_participants_do_not_lower_a_partys_noise_share(tmp_path, parties, monkeypatch, told, share_of):
+    from flower_topics.clients import dplda as client
+
+    nodes, words = parties
+    config = _dplda(tmp_path, words, **{"secure-aggregation": True, "num-rounds": 1})
+    recorded = _grid(nodes, config)
+    run_server(recorded, config)
+    node_configs = [{k: v for k, v in {**node, **told}.items() if v is not None} for node in nodes]
+    grid = HostileGrid(make_client_app(config), node_configs, config)
+    node = next(iter(grid.contexts))
+    first = {kind: next(m for m in recorded.sent(kind) if m.metadata.dst_node_id == node)
+             for kind in ("query.vocabulary", "train.dplda")}
+    keys = next(m for m in recorded.sent("query.secure_sum")
+                if m.metadata.dst_node_id == node and m.content[CONFIG]["stage"] == "keys")
+    shares: list[float] = []
+    real = client.secure_release
+    monkeypatch.setattr(client, "secure_release", lambda *a: shares.append(a[-1]) or real(*a))
+    assert not grid.send(first["query.vocabulary"], node).has_error()
+    fake = [str(1000 + i) for i in range(96)]
+    assert not grid.send(keys, node, participants=[*keys.content[CONFIG]["participants"], *fake]).has_error()
+    grid.send(first["train.dplda"], node)  # its mask is refused later (no shares stage): its noise is computed first
+    tolerance = int(keys.content[CONFIG]["tolerance"])
+    assert shares == [pytest.approx(share_of(tolerance), rel=1e-12)]
