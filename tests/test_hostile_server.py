@@ -265,3 +265,60 @@ def test_fake_participants_do_not_lower_a_partys_noise_share(tmp_path, parties, 
     grid.send(first["train.dplda"], node)  # its mask is refused later (no shares stage): its noise is computed first
     tolerance = int(keys.content[CONFIG]["tolerance"])
     assert shares == [pytest.approx(share_of(tolerance), rel=1e-12)]
+
+
+# row 7: a mid-run change of noise, quantum or plain and secure; a quantum below 1
+def test_a_quantum_below_one_is_refused(tmp_path, parties):
+    nodes, words = parties
+    config = _dplda(tmp_path, words)
+    grid = _grid(nodes, config, {"train.dplda": _with_config(**{"dplda.quantum": 0.5})})
+    _run(grid, config)
+    assert len(grid.replies("train.dplda")) == 3
+    for reply in grid.replies("train.dplda"):
+        _refused(reply, "dplda.quantum")
+
+
+def test_releases_are_composed_as_they_were_made_whatever_todays_settings():
+    """40 secure releases at 2 integer units per count, then one at today's 512: composed at 2 units (as made),
+    the 41st is over the target; at today's units all 41 would fit, which is what keeping only sigma and q gave."""
+    from flwr.app import Array, ArrayRecord
+
+    from flower_topics.clients import dplda as client
+    from flower_topics.data.corpus import Corpus
+    from flower_topics.errors import UserInputError
+    from flower_topics.privacy.ledger import Release, compose
+    from flower_topics.privacy.party_policy import PartyFacts, SecureFacts
+    from flower_topics.wire import dplda as wire
+
+    base = {"dplda.clip": 2.0, "secure-aggregation": True, "dplda.epsilon": 3.0, "dplda.delta": 1e-5,
+            "vocabulary": "file", "vocabulary-epsilon": 0.0, "vocabulary-delta": 0.0, "dplda.sample-rate": 0.2,
+            "num-rounds": 41}
+    sigma = wire.noise_multiplier({**base, "dplda.quantum": 256.0})
+    today = wire.DPLDASettings(n_topics=2, alpha=0.1, sample_rate=0.2, clip=2.0, noise_multiplier=sigma,
+                               epsilon=3.0, delta=1e-5, secure=True, quantum=256.0)
+    coarse = wire.DPLDASettings(**{**today.__dict__, "quantum": 1.0})  # 2 units per count
+    at_today = compose([Release("skellam", sigma, 0.2, steps=41, sensitivity=512.0)], 1e-5)
+    as_made = compose([Release("skellam", sigma, 0.2, steps=40, sensitivity=2.0),
+                       Release("skellam", sigma, 0.2, sensitivity=512.0)], 1e-5)
+    assert at_today <= 3.0 < as_made
+    corpus = Corpus(np.array([0, 1, 1, 2, 0, 2] * 10, np.int32), np.arange(0, 61, 3, dtype=np.int64),
+                    ("a", "b", "c"))
+    arrays = ArrayRecord({wire.LAMBDA_KEY: Array(np.ones((2, 3), np.float32))})
+    party = PartyFacts(secure=SecureFacts(noise_share=1.0, entry_limit=1 << 40))
+    state = client.DPLDAClientState()
+    client.local_step(arrays, ConfigRecord(coarse.to_record()), corpus, state, 1, party)
+    assert state.releases.tolist() == [[sigma, 0.2, 2.0, 1.0]]  # kept with its units and secure, as made
+    state.releases = np.tile(state.releases, (40, 1))  # 40 such releases
+    with pytest.raises(UserInputError, match="after 40 releases"):
+        client.local_step(arrays, ConfigRecord(today.to_record()), corpus, state, 1, party)
+    state.releases = np.tile([[sigma, 0.2, 512.0, 1.0]], (40, 1))  # the same 40 at today's units: the 41st fits
+    client.local_step(arrays, ConfigRecord(today.to_record()), corpus, state, 1, party)
+    # plain and secure mixed: each composed in its own accountant (a Gaussian PLD, a Skellam RDP), as made
+    plain = wire.DPLDASettings(**{**today.__dict__, "secure": False})
+    state = client.DPLDAClientState()
+    client.local_step(arrays, ConfigRecord(plain.to_record()), corpus, state, 1)
+    assert state.releases.tolist() == [[sigma, 0.2, 0.0, 0.0]]
+    rows = np.vstack([np.tile(client.release_row(plain, sigma, 0.2), (20, 1)), [client.release_row(today, sigma, 0.2)]])
+    mixed = compose([Release("gaussian", sigma, 0.2, steps=20), Release("skellam", sigma, 0.2, sensitivity=512.0)],
+                    1e-5)
+    assert client.spending_over_cap(rows, today, 0.0, 0.0, cap=1e-9) == pytest.approx(mixed, rel=1e-12)
