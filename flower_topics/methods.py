@@ -69,7 +69,8 @@ class MethodSpec:
         Whether its replies are sums the server can add under secure aggregation.
     node_options : Mapping[str, Option], default {}
         Node-config keys a party of this method may set for itself
-        (``flower-supernode --node-config``); its local step sees each as ``party.<key>``.
+        (``flower-supernode --node-config``); its local step finds each in ``party.policy.options``
+        (the party's side, beside the server's settings).
     check_config : callable, default no check
         ``check_config(config)``: what a run of this method needs of a validated run config
         beyond each key's range; raises :class:`~flower_topics.errors.UserInputError`.

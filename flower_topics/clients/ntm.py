@@ -325,6 +325,6 @@ def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] | Non
 
 #: The party side of ``ntm``.
 STEP = LocalStep(state=NTMClientState, run=local_step,
-                 secure_headroom=lambda corpus, config, secure: secure_headroom(corpus, NTMSettings.from_record(config),
-                                                                                secure.entry_limit),
+                 secure_headroom=lambda corpus, config, secure: secure_headroom(
+                     corpus, NTMSettings.from_record(config), secure.entry_limit),
                  accounted=accounted)

@@ -148,5 +148,5 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 #: The party side of ``pctd``.
 STEP = LocalStep(state=PCTDClientState, run=local_step,
-                 secure_headroom=lambda corpus, config, secure: secure_headroom(corpus, PCTDSettings.from_record(config),
-                                                                                secure.entry_limit))
+                 secure_headroom=lambda corpus, config, secure: secure_headroom(
+                     corpus, PCTDSettings.from_record(config), secure.entry_limit))
