@@ -15,6 +15,11 @@ message. The node reads only the data options of the run config (which corpus, h
 read it, its partition); other keys are not its concern, so the ClientApp also serves a
 ServerApp of your own with keys of its own.
 
+The server's message is a request: every handler first refuses one that carries a key only the
+party sets, or a secure request without its secure-sum round, and a local step gets the party's
+own side (its policy from the node config, its account of the run's releases, its secure-sum
+facts; :mod:`flower_topics.federation.party_side`) beside the request, never merged into it.
+
 Local state lives in ``context.state`` between rounds and never leaves the node; with
 ``state-dir`` in the node config it is also kept on the party's disk, so that a SuperNode
 restarted with the same identity rejoins its run (:mod:`flower_topics.federation.party_state`). A private
