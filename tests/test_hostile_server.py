@@ -322,3 +322,20 @@ def test_releases_are_composed_as_they_were_made_whatever_todays_settings():
     mixed = compose([Release("gaussian", sigma, 0.2, steps=20), Release("skellam", sigma, 0.2, sensitivity=512.0)],
                     1e-5)
     assert client.spending_over_cap(rows, today, 0.0, 0.0, cap=1e-9) == pytest.approx(mixed, rel=1e-12)
+
+
+def test_a_simulation_sets_the_parties_policy(tmp_path):
+    from flower_topics.errors import UserInputError
+    from flower_topics.simulations import simulate
+    from tests.test_method_contract import TINY
+
+    config = {**TINY, "method": "lda", "num-rounds": 1}
+    with pytest.raises(UserInputError, match="every release without|document-level guarantee"):
+        simulate(config, mode="federated", num_clients=2, out_dir=tmp_path / "a", engine="inprocess",
+                 node_config={"require-document-guarantee": "true"})  # lda's union agreement: refused by every party
+    with pytest.raises(UserInputError, match="--engine inprocess"):
+        simulate(config, mode="federated", num_clients=2, out_dir=tmp_path / "b",
+                 node_config={"require-document-guarantee": "true"})
+    with pytest.raises(UserInputError, match="'lifetime-epsilonn' is not a key"):
+        simulate(config, mode="federated", num_clients=2, out_dir=tmp_path / "c", engine="inprocess",
+                 node_config={"lifetime-epsilonn": "1"})
