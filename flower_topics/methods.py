@@ -69,7 +69,8 @@ class MethodSpec:
         Whether its replies are sums the server can add under secure aggregation.
     node_options : Mapping[str, Option], default {}
         Node-config keys a party of this method may set for itself
-        (``flower-supernode --node-config``); its local step sees each as ``party.<key>``.
+        (``flower-supernode --node-config``); its local step finds each in ``party.policy.options``
+        (the party's side, beside the server's settings).
     check_config : callable, default no check
         ``check_config(config)``: what a run of this method needs of a validated run config
         beyond each key's range; raises :class:`~flower_topics.errors.UserInputError`.
@@ -185,11 +186,13 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
 
 
 def all_node_options() -> dict[str, Option]:
-    """Every node-config key a party may set: the data and federation keys, then each method's own."""
+    """Every node-config key a party may set: the data and federation keys, its ledger and policy, then each
+    method's own."""
     from flower_topics.data.node_data import NODE_OPTIONS
     from flower_topics.privacy.ledger import LEDGER_OPTIONS
+    from flower_topics.privacy.party_policy import POLICY_OPTIONS
 
-    table = {**NODE_OPTIONS, **LEDGER_OPTIONS}
+    table = {**NODE_OPTIONS, **LEDGER_OPTIONS, **POLICY_OPTIONS}
     for spec in METHODS.values():
         table.update(spec.node_options)
     return table

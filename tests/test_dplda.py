@@ -11,6 +11,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord
 from scipy.special import digamma
 from scipy.stats import beta as beta_dist
 
+from flower_topics.privacy.ledger import APPROX_DP, Release
+from flower_topics.privacy.party_policy import (VOCABULARY, AccountedRelease, PartyAccount, PartyFacts,
+                                                PartyPolicy)
 from flower_topics.clients import dplda as client
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
@@ -319,9 +322,11 @@ def test_the_party_refuses_releases_over_its_own_accountant():
     lam = np.ones((2, 3))
     # a hostile server states a large target but sends little noise: the party's own cap holds
     greedy = _settings(noise_multiplier=0.3, epsilon=1000.0)
-    arrays, config = _message(greedy, lam, **{"party.max-epsilon": 3.0})
-    with pytest.raises(UserInputError, match="over its cap 3"):
-        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1)
+    arrays, config = _message(greedy, lam)
+    capped = PartyFacts(policy=PartyPolicy(max_epsilon=3.0))  # the party's own cap, beside the server's request
+    with pytest.raises(UserInputError, match="over its cap 3") as refused:
+        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1, party=capped)
+    assert "3" not in refused.value.reply and "eps" not in refused.value.reply  # the server gets the reason only
     # an honest sigma for 3 rounds: the 4th round is refused (the server asked for more rounds than it planned)
     sigma = noise_multiplier(3.0, 1e-5, 0.5, 3)
     arrays, config = _message(_settings(noise_multiplier=sigma, sample_rate=0.5), lam)
@@ -331,10 +336,10 @@ def test_the_party_refuses_releases_over_its_own_accountant():
     with pytest.raises(UserInputError, match="after 3 releases"):
         client.local_step(arrays, config, corpus, state, seed=1)
     # what its own vocabulary release spent counts too
-    arrays, config = _message(_settings(noise_multiplier=sigma, sample_rate=0.5), lam,
-                              **{"party.spent-epsilon": 2.5, "party.spent-delta": 1e-6})
+    arrays, config = _message(_settings(noise_multiplier=sigma, sample_rate=0.5), lam)
+    spent = PartyAccount((AccountedRelease(VOCABULARY, "vocabulary", Release(APPROX_DP, epsilon=2.5, delta=1e-6)),))
     with pytest.raises(UserInputError, match="over its cap"):
-        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1)
+        client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1, party=PartyFacts(account=spent))
 
 
 def test_the_party_refuses_a_bad_model_and_a_round_that_samples_no_document():

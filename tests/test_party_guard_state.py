@@ -23,7 +23,7 @@ def _settings(sigma: float) -> DPLDASettings:
 def _message(state: client.DPLDAClientState, sigma: float, n: int) -> bool:
     """Whether the party would make its ``n``-th release, in a process that knows only ``state``."""
     guard._BOUNDS.clear()  # a fresh ClientApp process
-    releases = np.tile([[sigma, RATE]], (n, 1))
+    releases = np.tile([client.release_row(_settings(sigma), sigma, RATE)], (n, 1))
     return client.spending_over_cap(releases, _settings(sigma), 0.0, 0.0, TARGET, state) is None
 
 
@@ -71,8 +71,8 @@ def test_under_secure_aggregation_releases_at_another_noise_are_composed_as_they
                                    "vocabulary-epsilon": 0.0, "vocabulary-delta": 0.0, "dplda.sample-rate": RATE,
                                    "num-rounds": 40})
     settings = DPLDASettings(**{**settings.__dict__, "noise_multiplier": sigma})
-    low = np.tile([[sigma / 4, RATE]], (20, 1))
-    releases = np.vstack([low, [[sigma, RATE]]])
+    low = np.tile([client.release_row(settings, sigma / 4, RATE)], (20, 1))
+    releases = np.vstack([low, [client.release_row(settings, sigma, RATE)]])
     exact = create_accountant("skellam", sensitivity=settings.sensitivity_units)
     exact.step(noise_multiplier=sigma / 4, sample_rate=RATE, steps=20)
     exact.step(noise_multiplier=sigma, sample_rate=RATE)

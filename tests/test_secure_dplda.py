@@ -16,7 +16,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy import skellam_mechanism as skellam_dp
 from tests import accounting
-from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
+from flower_topics.privacy.party_policy import PartyFacts, SecureFacts
 from flower_topics.wire.dplda import LAMBDA_KEY, STATISTIC_KEY, DPLDASettings
 from tests.test_dplda import _corpus, _exceedance
 
@@ -146,11 +146,12 @@ def test_a_party_refuses_a_secure_round_without_its_share_and_an_update_that_cou
     arrays = ArrayRecord({LAMBDA_KEY: Array(np.ones((2, 3), dtype=np.float32))})
     with pytest.raises(UserInputError, match="no secure-sum round"):
         client.STEP.train(arrays, ConfigRecord(settings.to_record()), corpus, client.DPLDAClientState(), seed=1)
-    tight = ConfigRecord({**settings.to_record(), NOISE_SHARE: 1.0, ENTRY_LIMIT: 50})
+    request = ConfigRecord(settings.to_record())
+    tight = PartyFacts(secure=SecureFacts(noise_share=1.0, entry_limit=50))
     with pytest.raises(UserInputError, match="could reach"):
-        client.STEP.train(arrays, tight, corpus, client.DPLDAClientState(), seed=1)
-    roomy = ConfigRecord({**settings.to_record(), NOISE_SHARE: 0.5, ENTRY_LIMIT: 1 << 30})
-    update, metrics = client.STEP.train(arrays, roomy, corpus, client.DPLDAClientState(), seed=1)
+        client.STEP.train(arrays, request, corpus, client.DPLDAClientState(), seed=1, party=tight)
+    roomy = PartyFacts(secure=SecureFacts(noise_share=0.5, entry_limit=1 << 30))
+    update, metrics = client.STEP.train(arrays, request, corpus, client.DPLDAClientState(), seed=1, party=roomy)
     assert update[STATISTIC_KEY].dtype == np.int64 and metrics == {}
 
 

@@ -17,7 +17,7 @@ from flower_topics.clients import lda as client
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.run.outputs import read_metrics
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import PartyFacts, SecureFacts
 from flower_topics.secure_sum.protocol import SecureSumSettings
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
@@ -58,9 +58,10 @@ def test_a_party_refuses_a_range_its_counts_could_overflow():
     settings = wire.LDASettings(n_topics=2, alpha=0.1, beta=0.01, secure=True)
     from flwr.app import Array, ArrayRecord, ConfigRecord
     arrays = ArrayRecord({wire.COUNTS_KEY: Array(np.zeros((2, 3), dtype=np.int32))})
-    config = ConfigRecord({**settings.to_record(), "server-round": 1, "last-applied-round": 0, ENTRY_LIMIT: 39})
+    config = ConfigRecord({**settings.to_record(), "server-round": 1, "last-applied-round": 0})
     with pytest.raises(UserInputError, match="secure-aggregation-bits"):
-        client.STEP.train(arrays, config, corpus, client.LDAClientState(), seed=1)
+        client.STEP.train(arrays, config, corpus, client.LDAClientState(), seed=1,
+                          party=PartyFacts(secure=SecureFacts(noise_share=1.0, entry_limit=39)))
 
 
 def test_a_sum_that_would_make_a_count_negative_holds_the_round(tmp_path, monkeypatch, caplog):

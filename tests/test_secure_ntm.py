@@ -29,7 +29,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.methods import get_method
 from flower_topics.models.ntm import weighted_average
 from tests.accounting import epsilon
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import PartyFacts, SecureFacts
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.ntm import NTM
@@ -118,15 +118,16 @@ def test_a_party_refuses_a_range_its_update_could_exceed_before_it_computes_anyt
 
     model = NTM(["a", "b", "c"], settings)
     arrays = ArrayRecord({wire.WEIGHTS_KEY: Array(model.weights(model.initial_arrays()))})
-    config = ConfigRecord({**settings.to_record(), "server-round": 1, ENTRY_LIMIT: int(needed) - 1})
+    config = ConfigRecord({**settings.to_record(), "server-round": 1})
     with monkeypatch.context() as patch:
         patch.setattr(client, "train_round", no_training)
         with pytest.raises(UserInputError, match="could reach"):
-            client.STEP.train(arrays, config, corpus, client.NTMClientState(), seed=1)
+            client.STEP.train(arrays, config, corpus, client.NTMClientState(), seed=1,
+                              party=PartyFacts(secure=SecureFacts(1.0, int(needed) - 1)))
         with pytest.raises(UserInputError, match="no secure-sum round"):  # secure settings, no limit: no clear reply
             client.STEP.train(arrays, ConfigRecord(settings.to_record()), corpus, client.NTMClientState(), seed=1)
-    config[ENTRY_LIMIT] = int(needed)
-    update, metrics = client.STEP.train(arrays, config, corpus, client.NTMClientState(), seed=1)
+    update, metrics = client.STEP.train(arrays, config, corpus, client.NTMClientState(), seed=1,
+                                        party=PartyFacts(secure=SecureFacts(1.0, int(needed))))
     assert metrics == {} and list(update) == list(wire.secure_reply_spec(settings, 3).arrays)
     assert update[wire.SECURE_WEIGHT_KEY][0] == weight and np.abs(update[wire.SECURE_UPDATE_KEY]).max() < needed
 

@@ -17,7 +17,7 @@ from flower_topics.federation.client_app import make_client_app
 from flower_topics.clients import pctd as client
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import PartyFacts, SecureFacts
 from flower_topics.secure_sum.protocol import quantize
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
@@ -91,9 +91,10 @@ def test_a_party_refuses_a_range_its_statistic_could_exceed():
     assert client.secure_headroom(corpus, settings, int(np.ceil(needed))) is None
     assert "pctd.quantum" in client.secure_headroom(corpus, settings, int(needed) - 1)
     arrays = ArrayRecord({wire.PHI_KEY: Array(np.full((2, 3), 1 / 3, dtype=np.float32))})
-    config = ConfigRecord({**settings.to_record(), "server-round": 1, ENTRY_LIMIT: int(needed) - 1})
+    config = ConfigRecord({**settings.to_record(), "server-round": 1})
     with pytest.raises(UserInputError, match="secure-aggregation-bits"):
-        client.STEP.train(arrays, config, corpus, client.PCTDClientState(), seed=1)
-    config[ENTRY_LIMIT] = 1 << 30
-    update, metrics = client.STEP.train(arrays, config, corpus, client.PCTDClientState(), seed=1)
+        client.STEP.train(arrays, config, corpus, client.PCTDClientState(), seed=1,
+                          party=PartyFacts(secure=SecureFacts(1.0, int(needed) - 1)))
+    update, metrics = client.STEP.train(arrays, config, corpus, client.PCTDClientState(), seed=1,
+                                        party=PartyFacts(secure=SecureFacts(1.0, 1 << 30)))
     assert update[wire.STATISTIC_KEY].dtype == np.int64 and metrics == {}

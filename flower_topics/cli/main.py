@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                           "--set eval-every may differ (federated and centralized modes)")
     sim.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="any run-config key, e.g. --set alpha=0.1 --set fedlda.epsilon=5 --set lda.local-sweeps=10")
+    sim.add_argument("--node-config", action="append", metavar="KEY=VALUE", default=[],
+                     help="with --engine inprocess (or --mode centralized/local): a node-config key every simulated "
+                          "party sets for itself, e.g. --node-config require-document-guarantee=true")
     sim.add_argument("--verbose", action="store_true",
                      help="also Flower's own log lines and every record (default: one line a round and a summary)")
 
@@ -141,7 +144,8 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UserInputError(f"simulate needs {', '.join(missing)} (or --resume DIR to continue a run)")
         run_config = {**overrides, **{k: defaults()[k] if v is None else v for k, v in dedicated.items()}}
         out = args.out
-    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine)
+    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine,
+                    node_config=parse_assignments(args.node_config))
     print((Path(out) / "results.md").read_text(encoding="utf-8"), end="")
     return 0 if rows else 1
 

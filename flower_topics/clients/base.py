@@ -27,13 +27,13 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.privacy.ledger import Release
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts, SecureFacts
 
 Update = tuple[dict[str, np.ndarray], dict[str, int | float]]
 """A local step's reply: arrays for the ``update`` record and numbers for ``metrics``."""
 
 
-def no_secure_limit(corpus: Corpus, config: ConfigRecord) -> str | None:
+def no_secure_limit(corpus: Corpus, config: ConfigRecord, secure: SecureFacts) -> str | None:
     """The default :attr:`LocalStep.secure_headroom`: nothing to check."""
     return None
 
@@ -44,7 +44,7 @@ def unaccounted(settings: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] |
 
 
 def plain_prevalence(theta: np.ndarray, index: np.ndarray, n_periods: int, settings: ConfigRecord, state: Any,
-                     seed: int) -> tuple[np.ndarray, tuple[Release, ...] | None]:
+                     seed: int, party: PartyFacts = NO_PARTY) -> tuple[np.ndarray, tuple[Release, ...] | None]:
     """The default :attr:`LocalStep.prevalence`: the exact table of summed topic shares, with no document-level
     accounting (a method without a privacy mechanism releases its prevalence as it releases its rounds)."""
     from flower_topics.metrics.prevalence import period_totals
@@ -62,14 +62,16 @@ class LocalStep:
         Dataclass of what the party keeps between rounds; every field has a default
         and holds a numpy array, None or an int.
     run : callable
-        ``run(arrays, settings, corpus, state, seed) -> (arrays, metrics)``: one round on
+        ``run(arrays, settings, corpus, state, seed, party) -> (arrays, metrics)``: one round on
         the party's training documents, given the message's :class:`~flwr.app.ArrayRecord`
-        and :class:`~flwr.app.ConfigRecord`; updates ``state`` in place.
+        and :class:`~flwr.app.ConfigRecord` (the server's request) and, beside them, the party's
+        own side (:class:`~flower_topics.privacy.party_policy.PartyFacts`: its policy, its account
+        of the run's releases, its secure-sum facts); updates ``state`` in place.
     secure_headroom : callable, default no check
-        ``secure_headroom(corpus, settings) -> reason or None``: in a secure-sum round (the
-        settings carry this party's entry limit, ``secure-sum.entry-limit``, and its share of
-        the noise, ``secure-sum.noise-share``, where the method adds one), why this party's
-        reply could exceed the most it may add without the sum wrapping, or None.
+        ``secure_headroom(corpus, settings, secure) -> reason or None``: in a secure-sum round,
+        given the party's own facts of it (:class:`~flower_topics.privacy.party_policy.SecureFacts`:
+        its entry limit and its share of the noise), why this party's reply could exceed the most it
+        may add without the sum wrapping, or None.
     accounted : callable, default none
         ``accounted(settings, corpus) -> releases or None``: what one round with these settings releases of the
         party's documents, as its accountant composes it (:class:`~flower_topics.privacy.ledger.Release`), or
@@ -77,7 +79,7 @@ class LocalStep:
         (node config ``privacy-ledger``) records these before the reply leaves, and refuses a round whose
         release is not accounted.
     prevalence : callable, default the exact table
-        ``prevalence(theta, index, n_periods, settings, state, seed) -> (table, releases or None)``: what
+        ``prevalence(theta, index, n_periods, settings, state, seed, party) -> (table, releases or None)``: what
         leaves the party of its topic prevalence (:mod:`flower_topics.federation.party_prevalence`), given
         its dated documents' topic shares (``D x K``), each one's period position and the request's
         settings; ``table`` is ``K x T`` (an integer table is sent as it is under secure aggregation, a real
@@ -86,13 +88,14 @@ class LocalStep:
     """
 
     state: type
-    run: Callable[[ArrayRecord, ConfigRecord, Corpus, Any, int], Update]
-    secure_headroom: Callable[[Corpus, ConfigRecord], str | None] = no_secure_limit
+    run: Callable[[ArrayRecord, ConfigRecord, Corpus, Any, int, PartyFacts], Update]
+    secure_headroom: Callable[[Corpus, ConfigRecord, SecureFacts], str | None] = no_secure_limit
     accounted: Callable[[ConfigRecord, Corpus], tuple[Release, ...] | None] = unaccounted
-    prevalence: Callable[[np.ndarray, np.ndarray, int, ConfigRecord, Any, int],
+    prevalence: Callable[[np.ndarray, np.ndarray, int, ConfigRecord, Any, int, PartyFacts],
                          tuple[np.ndarray, tuple[Release, ...] | None]] = plain_prevalence
 
-    def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int) -> Update:
+    def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int,
+              party: PartyFacts = NO_PARTY) -> Update:
         """One round (:attr:`run`), refused in one line before anything is computed when it is a secure-sum
         round whose range could not hold the reply (:attr:`secure_headroom`).
 
@@ -101,9 +104,9 @@ class LocalStep:
         UserInputError
             The reply could wrap the secure sum.
         """
-        if ENTRY_LIMIT in settings and (problem := self.secure_headroom(corpus, settings)):
+        if party.secure is not None and (problem := self.secure_headroom(corpus, settings, party.secure)):
             raise UserInputError(problem)
-        return self.run(arrays, settings, corpus, state, seed)
+        return self.run(arrays, settings, corpus, state, seed, party)
 
 
 class Acknowledged(Protocol):

@@ -23,11 +23,14 @@ secret seed (OS entropy, or its ``secret-seed`` mixed with a per-run nonce) and 
 release counter (never from the round number the server sends, so
 that a server that repeats a round cannot get the same noise twice).
 
-The party keeps its own accountant: the (sigma, q) of every release it made in this run. It
-refuses a release (BAD_INPUT, one line) that would take its own document-level epsilon,
-composed with what its vocabulary release spent, over the run's target or over its own cap
-(node config ``max-epsilon``), whatever the server's arithmetic says; and a round whose
-expected sample ``q x documents`` is below one document. Over several runs on the same documents, a
+The party keeps its own accountant: every release it made in this run as it was made (sigma,
+q, and plain or secure with its sensitivity in integer units). It refuses a release (BAD_INPUT,
+one line) that would take its own document-level epsilon, composed with what its vocabulary
+release spent (its own account, :class:`~flower_topics.privacy.party_policy.PartyAccount`), over the
+run's target or over its own cap (node config ``max-epsilon``, its
+:class:`~flower_topics.privacy.party_policy.PartyPolicy`), whatever the server's arithmetic says;
+settings no honest server sends (a ``dplda.quantum`` below 1); and a round whose expected sample
+``q x documents`` is below one document. Over several runs on the same documents, a
 party with a privacy ledger (node config ``privacy-ledger``) records each release (:func:`accounted`)
 before it leaves and caps all runs together (:mod:`flower_topics.federation.party_ledger`).
 """
@@ -44,15 +47,10 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
 from flower_topics.privacy import guard
-from flower_topics.privacy.ledger import Release
+from flower_topics.privacy.ledger import APPROX_DP, Release, compose
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts, SecureFacts
 from flower_topics.privacy.skellam_mechanism import skellam_noise
-from flower_topics.secure_sum.party import ENTRY_LIMIT, NOISE_SHARE
 from flower_topics.wire import dplda as wire
-
-#: Settings keys the ClientApp adds for this party (from its node config and its own agreement release).
-PARTY_CAP = "party.max-epsilon"
-PARTY_BEFORE_EPSILON = "party.spent-epsilon"
-PARTY_BEFORE_DELTA = "party.spent-delta"
 
 
 @dataclass
@@ -62,7 +60,8 @@ class DPLDAClientState:
     Parameters
     ----------
     releases : np.ndarray
-        ``n x 2``: the noise multiplier and sampling rate of each release it made.
+        ``n x 4``: each release it made, as made: its noise multiplier, its sampling rate, its sensitivity in
+        integer units (0 for a plain Gaussian release) and whether it was secure (1) or plain (0).
     prevalence : int
         1 once it released its topic prevalence in this run (there is one such release a run).
     guard : np.ndarray
@@ -71,13 +70,41 @@ class DPLDAClientState:
         each message's process starts from it, so that a run computes a few epsilons, not one per message.
     """
 
-    releases: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
+    releases: np.ndarray = field(default_factory=lambda: np.zeros((0, RELEASE_COLUMNS)))
     prevalence: int = 0
     guard: np.ndarray = field(default_factory=lambda: np.zeros((0, GUARD_COLUMNS)))
 
 
 #: Columns of :attr:`DPLDAClientState.guard`: the guard's question (kind and budget), then its two bounds.
 GUARD_COLUMNS = 8
+#: Columns of :attr:`DPLDAClientState.releases`: sigma, q, sensitivity units (0 plain), secure (1) or plain (0).
+RELEASE_COLUMNS = 4
+
+
+def settings_of(config: ConfigRecord) -> wire.DPLDASettings:
+    """The server's settings, or one line saying why the party will not use them (a missing key, a value out of
+    its range, a ``dplda.quantum`` below 1)."""
+    try:
+        settings = wire.DPLDASettings.from_record(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserInputError(f"dplda: the server's settings are not valid ({exc})") from None
+    if not settings.quantum >= 1:
+        raise UserInputError(f"dplda: the server's dplda.quantum {settings.quantum:g} is below 1 (an integer unit "
+                             "finer than an expected count); refused")
+    return settings
+
+
+def release_row(settings: wire.DPLDASettings, sigma: float, rate: float) -> list[float]:
+    """One row of :attr:`DPLDAClientState.releases`: a release at ``sigma`` and ``rate`` made with ``settings``."""
+    return [sigma, rate, settings.sensitivity_units if settings.secure else 0.0, float(settings.secure)]
+
+
+def as_releases(rows: np.ndarray) -> list[Release]:
+    """The rows of :attr:`DPLDAClientState.releases` as the releases a ledger composes, equal rows as one."""
+    values, counts = (np.unique(rows, axis=0, return_counts=True) if len(rows) else (rows, []))
+    return [Release("skellam" if secure else "gaussian", float(sigma), float(rate), steps=int(n),
+                    sensitivity=float(units) if secure else 0.0)
+            for (sigma, rate, units, secure), n in zip(values, counts)]
 
 
 def check_lambda(lam: np.ndarray, settings: wire.DPLDASettings, n_words: int) -> np.ndarray:
@@ -153,19 +180,19 @@ def secure_headroom(settings: wire.DPLDASettings, n_docs: int, noise_share: floa
 
 def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before_eps: float, before_delta: float,
                       cap: float, state: DPLDAClientState | None = None) -> float | None:
-    """The party's epsilon per document after ``releases`` (``n x 2``: sigma and q of each, the new one last),
-    composed with what its vocabulary release spent, when that is over ``cap``; else None.
+    """The party's epsilon per document after ``releases`` (rows of :attr:`DPLDAClientState.releases`, the new
+    one last), composed with what its vocabulary release spent, when that is over ``cap``; else None.
+
+    Every release is composed as it was made: a Gaussian release in the PLD, a Skellam one in the RDP of its own
+    sensitivity (:func:`flower_topics.privacy.ledger.compose`), whatever today's settings are.
 
     With ``state``, the guard starts from what it established at the party's earlier messages of this run
     (:attr:`DPLDAClientState.guard`, used only for exactly the same question) and keeps there what it knows now.
     """
     limit, delta = cap * (1.0 + 1e-9), settings.delta - before_delta
-    if np.any(releases != [settings.noise_multiplier, settings.sample_rate]):  # a release at another noise
-        accountant = wire.accountant(settings)
-        accountant.spend(before_eps, before_delta)
-        for sigma, rate in releases:  # every release composed as it was made
-            accountant.step(noise_multiplier=sigma, sample_rate=rate)
-        spent = accountant.get_epsilon(settings.delta)
+    if np.any(releases != release_row(settings, settings.noise_multiplier, settings.sample_rate)):
+        spent = compose([Release(APPROX_DP, epsilon=before_eps, delta=before_delta), *as_releases(releases)],
+                        settings.delta)
         return spent if spent > limit else None
     # every release at these settings' (sigma, q): one self-composed event
     kind = (settings.secure, settings.noise_multiplier, settings.sample_rate, delta, settings.sensitivity_units)
@@ -184,12 +211,12 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
     return spent if spent > limit else None
 
 
-def _limits(config: ConfigRecord, settings: wire.DPLDASettings) -> tuple[float, float, float]:
-    """What this party's vocabulary release spent (eps, delta) and its cap: the run's target, or its node
-    config's ``max-epsilon`` when lower."""
-    before_eps, before_delta = float(config.get(PARTY_BEFORE_EPSILON, 0.0)), float(config.get(PARTY_BEFORE_DELTA, 0.0))
-    cap = settings.epsilon if float(config.get(PARTY_CAP, 0.0)) <= 0 else min(settings.epsilon,
-                                                                                float(config[PARTY_CAP]))
+def _limits(party: PartyFacts, settings: wire.DPLDASettings) -> tuple[float, float, float]:
+    """What this party's vocabulary release spent (eps, delta; its own account) and its cap: the run's target, or
+    its node config's ``max-epsilon`` when lower (its policy)."""
+    before_eps, before_delta = party.account.vocabulary_spent
+    own = party.policy.max_epsilon
+    cap = settings.epsilon if own <= 0 else min(settings.epsilon, own)
     if before_delta >= settings.delta:
         raise UserInputError(f"the vocabulary release spent delta {before_delta:g}, the run's target is "
                              f"{settings.delta:g}")
@@ -197,28 +224,34 @@ def _limits(config: ConfigRecord, settings: wire.DPLDASettings) -> tuple[float, 
 
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: DPLDAClientState,
-               seed: int) -> Update:
-    """One round of ``dplda``: the noisy statistic of this party's Poisson sample, nothing else."""
-    settings = wire.DPLDASettings.from_record(config)
+               seed: int, party: PartyFacts = NO_PARTY) -> Update:
+    """One round of ``dplda``: the noisy statistic of this party's Poisson sample, nothing else.
+
+    ``config`` is the server's request; ``party`` is this party's side (its cap, its account, its secure-sum
+    facts), never read from the request."""
+    settings = settings_of(config)
     lam = check_lambda(arrays[wire.LAMBDA_KEY].numpy(), settings, corpus.n_words)
     expected = settings.sample_rate * corpus.n_docs
     if expected < 1.0:
         raise UserInputError(f"this party has {corpus.n_docs} training documents: with sample rate "
                              f"{settings.sample_rate:g} a round samples {expected:.2f} on average (< 1)")
-    before_eps, before_delta, cap = _limits(config, settings)
-    releases = np.vstack([state.releases, [[settings.noise_multiplier, settings.sample_rate]]])
+    before_eps, before_delta, cap = _limits(party, settings)
+    releases = np.vstack([state.releases.reshape(-1, RELEASE_COLUMNS),
+                          [release_row(settings, settings.noise_multiplier, settings.sample_rate)]])
     if state.prevalence:
         raise UserInputError("this party released its topic prevalence, the run's last release: it trains no more")
-    if settings.secure and NOISE_SHARE not in config:
+    if settings.secure and party.secure is None:
         raise UserInputError("dplda with secure aggregation: the training message carries no secure-sum round "
                              "(this party will not send an unmasked statistic with a share of the noise)")
     spent = spending_over_cap(releases, settings, before_eps, before_delta, cap, state)
     if spent is not None:
         raise UserInputError(f"this release would take the party to eps {spent:.4g} per document, over its cap "
-                             f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run")
+                             f"{cap:g} (after {len(state.releases)} releases); it releases no more in this run",
+                             reply="this release would take the party over its privacy cap; it releases no more "
+                                   "in this run")
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases)]))
     if settings.secure:
-        statistic = secure_release(corpus, lam, settings, rng, float(config[NOISE_SHARE]))
+        statistic = secure_release(corpus, lam, settings, rng, party.secure.noise_share)
         state.releases = releases
         return {wire.STATISTIC_KEY: statistic}, {}
     noisy = release(corpus, lam, settings, rng)
@@ -226,19 +259,15 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     return {wire.STATISTIC_KEY: noisy.astype(np.float32)}, {}
 
 
-def _secure_headroom(corpus: Corpus, config: ConfigRecord) -> str | None:
-    """:func:`secure_headroom` from a training message's settings (None when they carry no noise share:
-    :func:`local_step` refuses that round)."""
-    if NOISE_SHARE not in config:
-        return None
-    return secure_headroom(wire.DPLDASettings.from_record(config), corpus.n_docs, float(config[NOISE_SHARE]),
-                           int(config[ENTRY_LIMIT]))
+def _secure_headroom(corpus: Corpus, config: ConfigRecord, secure: SecureFacts) -> str | None:
+    """:func:`secure_headroom` from a training message's settings and the party's own facts of its round."""
+    return secure_headroom(settings_of(config), corpus.n_docs, secure.noise_share, secure.entry_limit)
 
 
 def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...]:
     """What one round releases, as the run's accountant composes it: a Poisson-subsampled Gaussian (PLD), or under
     secure aggregation the Skellam of the whole round's noise (its RDP, per sensitivity in integer units)."""
-    settings = wire.DPLDASettings.from_record(config)
+    settings = settings_of(config)
     if settings.secure:
         return (Release("skellam", settings.noise_multiplier, settings.sample_rate,
                         sensitivity=settings.sensitivity_units),)
@@ -258,7 +287,8 @@ def integer_shares(theta: np.ndarray, units: float, rng: np.random.Generator) ->
 
 
 def prevalence_release(theta: np.ndarray, index: np.ndarray, n_periods: int, config: ConfigRecord,
-                       state: DPLDAClientState, seed: int) -> tuple[np.ndarray, tuple[Release, ...]]:
+                       state: DPLDAClientState, seed: int, party: PartyFacts = NO_PARTY
+                       ) -> tuple[np.ndarray, tuple[Release, ...]]:
     """``dplda``'s prevalence release: the table of summed topic shares plus the party's noise, once a run.
 
     Adding or removing one document changes one period's column by its topic shares, whose L2 norm is at
@@ -274,28 +304,31 @@ def prevalence_release(theta: np.ndarray, index: np.ndarray, n_periods: int, con
     """
     from flower_topics.metrics.prevalence import period_totals
 
-    settings = wire.DPLDASettings.from_record(config)
+    settings = settings_of(config)
     sigma = float(config.get(wire.PREVALENCE_NOISE, 0.0))
     if not sigma > 0:
         raise UserInputError("dplda: the prevalence request carries no noise; this party sends no exact table")
     if state.prevalence:
         raise UserInputError("dplda: this party already released its topic prevalence in this run")
-    if settings.secure and NOISE_SHARE not in config:
+    if settings.secure and party.secure is None:
         raise UserInputError("dplda with secure aggregation: the prevalence request carries no secure-sum round")
-    before_eps, before_delta, cap = _limits(config, settings)
-    spent = spending_over_cap(np.vstack([state.releases, [[sigma, 1.0]]]), settings, before_eps, before_delta, cap)
+    before_eps, before_delta, cap = _limits(party, settings)
+    rows = np.vstack([state.releases.reshape(-1, RELEASE_COLUMNS), [release_row(settings, sigma, 1.0)]])
+    spent = spending_over_cap(rows, settings, before_eps, before_delta, cap)
     if spent is not None:
         raise UserInputError(f"the prevalence release would take the party to eps {spent:.4g} per document, over its "
-                             f"cap {cap:g} (after {len(state.releases)} round releases); it is not sent")
+                             f"cap {cap:g} (after {len(state.releases)} round releases); it is not sent",
+                             reply="the prevalence release would take the party over its privacy cap; it is not "
+                                   "sent")
     rng = np.random.default_rng(np.random.SeedSequence([seed, len(state.releases), PREVALENCE_STREAM]))
     if settings.secure:
         units = settings.sensitivity_units
         table = period_totals(integer_shares(theta, units, rng), index, n_periods)[0].astype(np.int64)
-        variance = float(config[NOISE_SHARE]) * (sigma * units) ** 2
+        variance = party.secure.noise_share * (sigma * units) ** 2
         largest = units * theta.shape[0] + 40 * np.sqrt(variance) + 100
-        if largest > int(config[ENTRY_LIMIT]):
+        if largest > party.secure.entry_limit:
             raise UserInputError(f"secure sum: an entry of this party's prevalence table could reach {largest:.3g}, "
-                                 f"over {config[ENTRY_LIMIT]}; use a larger secure-aggregation-bits")
+                                 f"over {party.secure.entry_limit}; use a larger secure-aggregation-bits")
         noisy, release = table + skellam_noise(table.shape, variance, rng), Release("skellam", sigma, 1.0,
                                                                                    sensitivity=units)
     else:

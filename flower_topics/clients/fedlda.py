@@ -51,6 +51,7 @@ from flower_topics.models.fixed_phi import FixedPhiSampler
 from flower_topics.models.update_tuples import (Tuples, cancelling_dummies, changed_tuples, pad_and_sample,
                                                 sample_sizes)
 from flower_topics.privacy import RRP
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.fedlda import FedLDASettings
 
@@ -212,7 +213,7 @@ def train_round(
 
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: FedLDAClientState,
-               seed: int) -> Update:
+               seed: int, party: PartyFacts = NO_PARTY) -> Update:
     """One round of ``fedlda`` from a training message: the perturbed tuples, and two integers unless M is public."""
     settings = FedLDASettings.from_record(config)
     update = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=int(config["server-round"]),

@@ -29,6 +29,7 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models.ftm import NoisyStatistics, PrivateMHSampler, privatize_tokens
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
 from flower_topics.wire import ftm as wire
 
 
@@ -69,11 +70,12 @@ class FTMClientState:
 
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: FTMClientState,
-               seed: int) -> Update:
+               seed: int, party: PartyFacts = NO_PARTY) -> Update:
     """One FTM round of a party: its local model after ``local-iterations`` of private MH, and its token count."""
     settings = wire.FTMSettings.from_record(config)
-    partition = int(config["party.partition-id"]) if "party.partition-id" in config else None
-    k_p = state.n_topics or settings.party_topics(partition, int(config.get("party.local-topics", 0)))
+    own = party.policy.options
+    partition = int(own["partition-id"]) if "partition-id" in own else None
+    k_p = state.n_topics or settings.party_topics(partition, int(own.get("local-topics", 0)))
     rng = np.random.default_rng([seed, int(config["server-round"])])
     stats = state.statistics(corpus, settings, rng)
     init = arrays[wire.LOCAL_MODEL_KEY].numpy().astype(np.float64) if wire.LOCAL_MODEL_KEY in arrays else None

@@ -30,7 +30,7 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.lda import CollapsedGibbs, word_topic_buffer
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
 from flower_topics.wire import lda as wire
 
 
@@ -134,11 +134,11 @@ def secure_headroom(corpus: Corpus, limit: int) -> str | None:
 
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: LDAClientState,
-               seed: int) -> Update:
+               seed: int, party: PartyFacts = NO_PARTY) -> Update:
     """One round of ``lda`` from a training message: the count change (in its wire form,
     :func:`~flower_topics.wire.lda.delta_arrays`) and the token count."""
     settings = wire.LDASettings.from_record(config)
-    if ENTRY_LIMIT in config and not settings.secure:  # the masked reply must be the dense change
+    if party.secure is not None and not settings.secure:  # the masked reply must be the dense change
         raise ValueError("this round's reply is masked (secure sum), but the server's settings say "
                          "secure-aggregation is off")
     global_counts = wire.decode_counts(arrays, settings, corpus.n_words, word_major=True,
@@ -150,4 +150,4 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 #: The party side of ``lda``.
 STEP = LocalStep(state=LDAClientState, run=local_step,
-                 secure_headroom=lambda corpus, config: secure_headroom(corpus, int(config[ENTRY_LIMIT])))
+                 secure_headroom=lambda corpus, config, secure: secure_headroom(corpus, secure.entry_limit))

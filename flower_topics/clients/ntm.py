@@ -60,7 +60,7 @@ from flower_topics.models.ntm import (
 from flower_topics.models.ntm_federated import batch_tensors, build_model, dp_gradient
 from flower_topics.privacy.accountants import RDPAccountant
 from flower_topics.privacy.ledger import Release
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
 from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import ntm as wire
 from flower_topics.wire.ntm import NTMSettings
@@ -288,7 +288,7 @@ def secure_update(update: np.ndarray, weight: int, loss: float | None, settings:
 
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: NTMClientState,
-               seed: int) -> Update:
+               seed: int, party: PartyFacts = NO_PARTY) -> Update:
     """One round of ``ntm`` from a training message: the gradient or the local weights, and the metrics.
 
     Under secure aggregation (the settings say so, and the party's secure-sum state gave it
@@ -297,7 +297,7 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     :meth:`LocalStep.train`).
     """
     settings = NTMSettings.from_record(config)
-    limit = int(config[ENTRY_LIMIT]) if ENTRY_LIMIT in config else None
+    limit = party.secure.entry_limit if party.secure is not None else None
     if settings.secure and limit is None:
         raise UserInputError("secure sum: this training message belongs to no secure-sum round of this party; "
                              "nothing is sent in clear")
@@ -325,6 +325,6 @@ def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] | Non
 
 #: The party side of ``ntm``.
 STEP = LocalStep(state=NTMClientState, run=local_step,
-                 secure_headroom=lambda corpus, config: secure_headroom(corpus, NTMSettings.from_record(config),
-                                                                        int(config[ENTRY_LIMIT])),
+                 secure_headroom=lambda corpus, config, secure: secure_headroom(
+                     corpus, NTMSettings.from_record(config), secure.entry_limit),
                  accounted=accounted)

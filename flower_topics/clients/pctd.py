@@ -28,7 +28,7 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models.pctd import SemanticUnits, boundary_units, chunk_offsets, local_em_step, random_doc_topic
-from flower_topics.secure_sum.party import ENTRY_LIMIT
+from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
 from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import pctd as wire
 from flower_topics.wire.pctd import PCTDSettings
@@ -128,16 +128,16 @@ def secure_headroom(corpus: Corpus, settings: PCTDSettings, limit: int) -> str |
 
 
 def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: PCTDClientState,
-               seed: int) -> Update:
+               seed: int, party: PartyFacts = NO_PARTY) -> Update:
     """One private EM iteration of ``pctd`` from a training message: ``M_t`` only.
 
-    Under secure aggregation (the message's settings carry the party's entry limit) ``M_t`` is
+    Under secure aggregation (a secure-sum round of the party's: its facts give its entry limit) ``M_t`` is
     sent as integers in units of ``1 / pctd.quantum``, randomly rounded with the party's secret
     randomness (:func:`flower_topics.secure_sum.protocol.quantize`); refused before anything is
     computed when the range could not hold it (:func:`secure_headroom`, checked by :meth:`LocalStep.train`).
     """
     settings = PCTDSettings.from_record(config)
-    limit = int(config[ENTRY_LIMIT]) if ENTRY_LIMIT in config else None
+    limit = party.secure.entry_limit if party.secure is not None else None
     server_round = int(config["server-round"])
     statistic = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=server_round,
                             settings=settings, seed=seed)
@@ -148,5 +148,5 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 #: The party side of ``pctd``.
 STEP = LocalStep(state=PCTDClientState, run=local_step,
-                 secure_headroom=lambda corpus, config: secure_headroom(corpus, PCTDSettings.from_record(config),
-                                                                        int(config[ENTRY_LIMIT])))
+                 secure_headroom=lambda corpus, config, secure: secure_headroom(
+                     corpus, PCTDSettings.from_record(config), secure.entry_limit))

@@ -15,6 +15,11 @@ message. The node reads only the data options of the run config (which corpus, h
 read it, its partition); other keys are not its concern, so the ClientApp also serves a
 ServerApp of your own with keys of its own.
 
+The server's message is a request: every handler first refuses one that carries a key only the
+party sets, or a secure request without its secure-sum round, and a local step gets the party's
+own side (its policy from the node config, its account of the run's releases, its secure-sum
+facts; :mod:`flower_topics.federation.party_side`) beside the request, never merged into it.
+
 Local state lives in ``context.state`` between rounds and never leaves the node; with
 ``state-dir`` in the node config it is also kept on the party's disk, so that a SuperNode
 restarted with the same identity rejoins its run (:mod:`flower_topics.federation.party_state`). A private
@@ -40,7 +45,7 @@ from flwr.clientapp import ClientApp
 from flwr.common import log
 
 from flower_topics import secure_sum
-from flower_topics.federation import message_timing, party_ledger, party_state
+from flower_topics.federation import message_timing, party_ledger, party_side, party_state
 from flower_topics.run.config import OPTIONS, parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
@@ -48,6 +53,8 @@ from flower_topics.data.prepare import is_data_key
 from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, MethodSpec, all_node_options
 from flower_topics.options import coerce
+from flower_topics.privacy.ledger import APPROX_DP, Release
+from flower_topics.privacy.party_policy import PREVALENCE, ROUND, VOCABULARY, AccountedRelease
 from flower_topics.wire import agreement
 from flower_topics.wire.agreement import split_words
 from flower_topics.wire.protocol import (ARRAYS, BAD_INPUT, CARRIED, CONFIG, METRICS, SENDER, UPDATE,
@@ -60,10 +67,10 @@ S = TypeVar("S")
 PARTITION_KEYS = ("partition", "dirichlet-alpha", "partition-sizes", "label-groups")
 #: Where a node keeps the agreed vocabulary in ``context.state``.
 VOCABULARY_STATE = "vocabulary"
-#: Where a node records the (eps, delta) per document its ``private`` vocabulary release spent.
-SPENT_STATE = "privacy-spent"
 #: Where a node keeps its run nonce (OS entropy, drawn once per run, mixed with ``secret-seed``).
 NONCE_STATE = "secret-nonce"
+#: Mixed into a vocabulary release's randomness: a stream no round's seed takes.
+VOCABULARY_STREAM = 0x766F6362
 
 
 def data_config(run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -204,45 +211,30 @@ def party_seed(context: Context, config: Mapping[str, Any], private: bool) -> in
     return client_seed(config, int(options.get("partition-id", context.node_id)))
 
 
-def party_options(spec: MethodSpec, node_config: Mapping[str, Any]) -> dict[str, Any]:
-    """What a local step sees of this party's node config: its ``partition-id`` (simulation) and the
-    method's own node options (:attr:`~flower_topics.methods.MethodSpec.node_options`), validated."""
-    options = node_options(node_config)
-    party = {"partition-id": options["partition-id"]} if "partition-id" in options else {}
-    party.update({key: coerce(key, value, spec.node_options[key], source="node-config")
-                  for key, value in node_config.items() if key in spec.node_options})
-    return party
-
-
-def party_settings(spec: MethodSpec, msg: Message, context: Context) -> ConfigRecord:
-    """The message's settings with what the party adds of its own (``party.*``): its node options for ``spec``,
-    what its vocabulary release spent, and in a secure-sum round its share of the noise and its range."""
-    party = {f"party.{key}": value for key, value in party_options(spec, context.node_config).items()}
-    if SPENT_STATE in context.state.config_records:  # what this party's own vocabulary release spent
-        spent = context.state[SPENT_STATE]
-        party.update({"party.spent-epsilon": float(spent["epsilon"]), "party.spent-delta": float(spent["delta"])})
-    secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
-    if secure is not None:  # the party's share of the noise and the range, from its own secure-sum state
-        from flower_topics.secure_sum import party as secure_party
-
-        party.update(secure_party.round_facts(context.state, int(secure["round"])))
-    return ConfigRecord({**dict(msg.content[CONFIG]), **party})
-
-
 def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """Run ``spec``'s local step on this node's training documents, keep its state, and reply with its update."""
-    settings = party_settings(spec, msg, context)
+    """Run ``spec``'s local step on this node's training documents, keep its state, and reply with its update.
+
+    The step gets the server's settings as they came and, beside them, this party's own side
+    (:func:`~flower_topics.federation.party_side.party_facts`); what it releases is added to the party's
+    account before it leaves."""
+    settings = msg.content[CONFIG]
     secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
-    corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
-    scored = carried_evaluation(msg, context, config)  # the model it receives, before the local step
+    party = party_side.party_facts(spec, msg, context)
     step = spec.local_step()
+    corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
+    releases = step.accounted(settings, corpus)
+    party_side.check_policy(party.policy, spec.name, releases is not None, f"a {spec.name} round")
+    scored = carried_evaluation(msg, context, config)  # the model it receives, before the local step
     state_name = f"{spec.name}-state"
     with message_timing.stage("state"):
         state = load_state(context, state_name, step.state())
     seed = party_seed(context, config, private=spec.private)
     with message_timing.stage("compute"):
-        arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed)
-    party_ledger.record_round(context, config, spec.name, step.accounted(settings, corpus))  # before it leaves
+        arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed, party)
+    share = party.secure.noise_share if party.secure is not None else 1.0
+    for release in releases or ():  # before it leaves
+        party_side.record_release(context.state, AccountedRelease(ROUND, spec.name, release, secure is not None, share))
+    party_ledger.record_round(context, config, spec.name, releases)
     if secure is not None:
         from flower_topics.secure_sum import party as secure_party
 
@@ -276,13 +268,14 @@ def carried_evaluation(msg: Message, context: Context, config: Mapping[str, Any]
 
     request = split_carried(msg.content)[1]
     try:
+        party_side.check_policy(party_side.party_policy(context.node_config), None, False, "federated evaluation")
         party_ledger.record_round(context, config, "evaluation", None, "federated evaluation (its sums carry no noise)")
         with message_timing.stage("evaluation"):
             documents = agreed_documents(context, config, str(request[CONFIG]["vocabulary"]))
             return documents.scorer.scores(request), ""
     except UserInputError as exc:
         log(ERROR, "flower-topics: evaluation: %s", exc)
-        return None, f"evaluation: {exc.reply}"
+        return None, f"evaluation: {party_side.server_reason(exc, context.node_config)}"
     except (KeyError, TypeError, ValueError) as exc:  # not an evaluate request (a record or key missing)
         log(ERROR, "flower-topics: evaluation: a malformed request (%s: %s)", type(exc).__name__, exc)
         return None, "evaluation: a malformed request"
@@ -299,19 +292,28 @@ def secure_sum_stage(msg: Message, context: Context, config: Mapping[str, Any]) 
 def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
     """The agreement stage's first message: this party's candidate words (see :mod:`flower_topics.federation.vocabulary_agreement`)."""
     request = msg.content[CONFIG]
+    private = str(request["mode"]) == "private"
+    policy = party_side.party_policy(context.node_config)
+    party_side.check_policy(policy, None, private, "the union vocabulary agreement (exact document frequencies)")
+    done = party_side.party_account(context.state).of_kind(VOCABULARY)
+    if done and policy.document_guarantee:
+        raise UserInputError("vocabulary agreement: this party already released its vocabulary in this run and "
+                             "makes no release twice")
     documents = node_documents(context, config)
-    if str(request["mode"]) == "private" and secure_sum.ROUND_RECORD in msg.content.config_records:
+    if private and secure_sum.ROUND_RECORD in msg.content.config_records:
         return send_secure_counts(msg, context, config, documents)
-    if str(request["mode"]) == "private":
+    if private:
         from flower_topics.privacy.set_union import release_vocabulary
 
-        rng = np.random.default_rng(party_seed(context, config, private=True))
-        ids, counts = release_vocabulary(documents.corpus.doc_term_matrix(), float(request["epsilon"]),
-                                         float(request["delta"]), int(request["max-words"]), rng,
-                                         noise=str(request["noise"]))
+        # a stream of its own, and a fresh one for each vocabulary release: a secret seed never repeats a draw
+        rng = np.random.default_rng(np.random.SeedSequence([party_seed(context, config, private=True),
+                                                            VOCABULARY_STREAM, len(done)]))
+        epsilon, delta = float(request["epsilon"]), float(request["delta"])
+        party_side.record_release(context.state, AccountedRelease(VOCABULARY, party_ledger.VOCABULARY,
+                                                                  Release(APPROX_DP, epsilon=epsilon, delta=delta)))
+        ids, counts = release_vocabulary(documents.corpus.doc_term_matrix(), epsilon, delta,
+                                         int(request["max-words"]), rng, noise=str(request["noise"]))
         words, metrics, curated = tuple(documents.corpus.vocabulary[i] for i in ids), {}, False
-        context.state[SPENT_STATE] = ConfigRecord({"epsilon": float(request["epsilon"]),
-                                                   "delta": float(request["delta"])})
     else:
         floor = int(node_options(context.node_config).get("min-party-df", NODE_OPTIONS["min-party-df"].default))
         candidates = documents.candidates(floor)  # the party's own floor, before anything leaves it
@@ -333,19 +335,24 @@ def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any]
     from flower_topics.secure_sum import party as secure_party
 
     request, record = msg.content[CONFIG], msg.content[secure_sum.ROUND_RECORD]
-    facts = secure_party.round_facts(context.state, int(record["round"]))
+    policy = party_side.party_policy(context.node_config)
+    facts = secure_party.round_facts(context.state, int(record["round"]), policy.federation_size)
     epsilon, delta, max_words = float(request["epsilon"]), float(request["delta"]), int(request["max-words"])
-    variance = float(facts[secure_party.NOISE_SHARE]) * secure_vocabulary.noise_variance(epsilon, delta, max_words)
+    variance = facts.noise_share * secure_vocabulary.noise_variance(epsilon, delta, max_words)
     largest = documents.corpus.n_docs + 40 * variance ** 0.5 + 100
-    if largest > int(facts[secure_party.ENTRY_LIMIT]):
+    if largest > facts.entry_limit:
         raise UserInputError(f"secure sum: a document frequency of this party's could reach {largest:.3g}, over "
-                             f"{facts[secure_party.ENTRY_LIMIT]}; use a larger secure-aggregation-bits")
-    rng = np.random.default_rng(party_seed(context, config, private=True))
+                             f"{facts.entry_limit}; use a larger secure-aggregation-bits")
+    done = party_side.party_account(context.state).of_kind(VOCABULARY)
+    rng = np.random.default_rng(np.random.SeedSequence([party_seed(context, config, private=True),
+                                                        VOCABULARY_STREAM, len(done)]))
     counts = secure_vocabulary.party_counts(documents.corpus.doc_term_matrix(), documents.corpus.vocabulary,
                                             split_words(str(request["candidates"])), max_words, rng)
-    masked = secure_party.mask_update(context.state, context.node_id, record,
-                                      counts + skellam_noise(counts.shape, variance, rng))
-    context.state[SPENT_STATE] = ConfigRecord({"epsilon": epsilon, "delta": delta})
+    noisy = counts + skellam_noise(counts.shape, variance, rng)
+    party_side.record_release(context.state, AccountedRelease(VOCABULARY, party_ledger.VOCABULARY,
+                                                              Release(APPROX_DP, epsilon=epsilon, delta=delta),
+                                                              secure=True, noise_share=facts.noise_share))
+    masked = secure_party.mask_update(context.state, context.node_id, record, noisy)
     return Message(content=RecordDict({
         UPDATE: ArrayRecord({secure_sum.MASKED_KEY: Array(masked)}),
         METRICS: MetricRecord({}),
@@ -367,7 +374,9 @@ def accept_vocabulary(msg: Message, context: Context, config: Mapping[str, Any])
 
 
 def score_model(msg: Message, context: Context, config: Mapping[str, Any]) -> Message:
-    """Federated evaluation: this party's sums over its own documents (:mod:`flower_topics.evaluation.federated`)."""
+    """Federated evaluation: this party's sums over its own documents (:mod:`flower_topics.evaluation.federated`);
+    refused by a party that requires a document-level guarantee (the sums carry no noise)."""
+    party_side.check_policy(party_side.party_policy(context.node_config), None, False, "federated evaluation")
     documents = agreed_documents(context, config, str(msg.content[CONFIG]["vocabulary"]))
     sums = documents.scorer.scores(msg.content)
     return Message(content=sums, reply_to=msg)
@@ -394,13 +403,18 @@ def send_prevalence(msg: Message, context: Context, config: Mapping[str, Any]) -
     spec = METHODS.get(str(msg.content[CONFIG]["method"]))
     if spec is None:
         raise UserInputError(f"prevalence: unknown method {str(msg.content[CONFIG]['method'])!r}")
+    party = party_side.party_facts(spec, msg, context)
+    party_side.check_policy(party.policy, spec.name, True, "prevalence")  # its release rule's accounting: answer
+    if party.account.of_kind(PREVALENCE) and party.policy.document_guarantee:
+        raise UserInputError("prevalence: this party already released its topic prevalence in this run and makes "
+                             "no release twice")
     documents = node_documents(context, config)
     state_name = f"{spec.name}-state"
     state = load_state(context, state_name, spec.local_step().state())
     seed = party_seed(context, config, private=spec.private)
     with message_timing.stage("compute"):
-        reply, state = party_prevalence.answer(msg, context, config, spec, documents,
-                                               party_settings(spec, msg, context), state, seed)
+        reply, state = party_prevalence.answer(msg, context, config, spec, documents, msg.content[CONFIG], party,
+                                               state, seed)
     save_state(context, state_name, state)
     return reply
 
@@ -421,6 +435,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
         def handle(msg: Message, context: Context) -> Message:
             started = message_timing.begin()
             try:
+                party_side.check_request(msg)  # before anything else: no party-side key, no secure request unmasked
                 config = data_config(context.run_config if run_config is None else run_config)
                 with message_timing.stage("state"):
                     if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
@@ -434,7 +449,8 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
                 return reply
             except UserInputError as exc:
                 log(ERROR, "flower-topics: %s: %s", name, exc)
-                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {exc.reply}"), reply_to=msg)
+                reason = party_side.server_reason(exc, context.node_config)  # the reason only: no path, cap or spend
+                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {reason}"), reply_to=msg)
             finally:
                 message_timing.record(name, started)
 

@@ -161,7 +161,9 @@ def open_session(context: Context, config: Mapping[str, Any], run_config: Mappin
         raise UserInputError(
             f"lifetime-epsilon {settings.epsilon:g} is below what one run of {planned[0]} with this run config spends "
             f"on this party's documents (eps {planned[1]:.4g} at lifetime-delta {settings.delta:g}); raise "
-            "lifetime-epsilon in the node config or lower the run's epsilon")
+            "lifetime-epsilon in the node config or lower the run's epsilon",
+            reply=f"this party's lifetime privacy cap is below what one run of {planned[0]} with this run config "
+                  "spends on its documents: refused")
     context.state[LEDGER_STATE] = ConfigRecord({"session": ledger.new_session(), "count": 0,
                                                 "documents": documents_fingerprint(context.node_config, config)})
     return context.state[LEDGER_STATE]
@@ -193,8 +195,11 @@ def record_round(context: Context, config: Mapping[str, Any], method: str,
     if settings is None:
         return
     if releases is None:
-        raise UserInputError(f"this party keeps a privacy ledger (privacy-ledger {settings.path}) and "
-                             f"{what or f'a {method} round'} has no document-level accounting: refused")
+        what = what or f"a {method} round"
+        raise UserInputError(f"this party keeps a privacy ledger (privacy-ledger {settings.path}) and {what} has no "
+                             "document-level accounting: refused",
+                             reply=f"this party keeps a privacy ledger and {what} has no document-level accounting: "
+                                   "refused")
     session = open_session(context, config, dict(context.run_config), settings)
     count = int(session["count"])
     entries = [Entry(int(context.run_id), str(session["session"]), count + i, method, str(session["documents"]),

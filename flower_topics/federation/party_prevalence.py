@@ -24,8 +24,10 @@ from flower_topics.data.node_data import NodeDocuments, node_options
 from flower_topics.data.periods import document_periods
 from flower_topics.errors import UserInputError
 from flower_topics.federation import party_ledger
+from flower_topics.federation.party_side import check_policy, record_release
 from flower_topics.methods import MethodSpec
 from flower_topics.metrics.prevalence import PrevalenceTable, period_totals
+from flower_topics.privacy.party_policy import PREVALENCE, AccountedRelease, PartyFacts
 from flower_topics.topic_model.document_topics import count_corpus, document_topics
 from flower_topics.wire import prevalence as wire
 from flower_topics.wire.agreement import split_words
@@ -95,13 +97,13 @@ def keep_own_table(context: Context, table: PrevalenceTable) -> None:
 
 
 def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: MethodSpec, documents: NodeDocuments,
-           settings: ConfigRecord, state: Any, seed: int) -> tuple[Message, Any]:
+           settings: ConfigRecord, party: PartyFacts, state: Any, seed: int) -> tuple[Message, Any]:
     """This party's reply to ``query.prevalence``, and its method's local state after the release.
 
     ``spec`` is the request's method: its release rule (:attr:`~flower_topics.clients.base.LocalStep.prevalence`)
-    makes the table that leaves from ``settings`` (the request's, with what the party adds of its own: its cap, its
-    vocabulary release's spending, its secure-sum facts), and its party ledger records what it spends
-    before it leaves.
+    makes the table that leaves from ``settings`` (the request's) and, beside them, ``party`` (this party's own
+    side: its cap, its account, its secure-sum facts); its account and its ledger record what it spends before it
+    leaves, and a party that requires a document-level guarantee sends no table without one.
     """
     request = msg.content[CONFIG]
     record = context.state["vocabulary"]  # the ClientApp checked that the party holds one
@@ -113,12 +115,19 @@ def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: Meth
     sums, _ = period_totals(theta, index, len(periods))
     keep_own_table(context, PrevalenceTable(periods, sums, sums.sum(axis=0), left_out[wire.UNDATED]))
     secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
-    table, releases = spec.local_step().prevalence(theta, index, len(periods), settings, state, seed)
+    table, releases = spec.local_step().prevalence(theta, index, len(periods), settings, state, seed, party)
+    check_policy(party.policy, spec.name, releases is not None, "prevalence")  # before anything leaves
+    share = party.secure.noise_share if party.secure is not None else 1.0
+    for release in releases or ():
+        record_release(context.state, AccountedRelease(PREVALENCE, spec.name, release, secure is not None, share))
     party_ledger.record_round(context, config, spec.name, releases, "a plain topic-prevalence table")
     if secure is not None:
         from flower_topics.secure_sum import party as secure_party
 
-        masked = secure_party.mask_update(context.state, context.node_id, secure, encode_table(table, settings))
+        if party.secure is None:
+            raise UserInputError("prevalence: a secure-sum round this party has no facts of")
+        masked = secure_party.mask_update(context.state, context.node_id, secure,
+                                          encode_table(table, settings, party.secure.entry_limit))
         update, metrics = {secure_sum.MASKED_KEY: masked}, {}
     else:
         update = {wire.SUMS: np.asarray(table, dtype=np.float64)}
@@ -135,18 +144,18 @@ def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: Meth
     return Message(content=content, reply_to=msg), state
 
 
-def encode_table(table: np.ndarray, settings: Mapping[str, Any]) -> np.ndarray:
+def encode_table(table: np.ndarray, settings: Mapping[str, Any], limit: int) -> np.ndarray:
     """The table as the secure sum's integer vector: an integer table as it is (the method encoded it), a real one
-    in units of ``1 / quantum`` (unbiased random rounding, :func:`~flower_topics.secure_sum.protocol.quantize`)."""
-    from flower_topics.secure_sum.party import ENTRY_LIMIT
+    in units of ``1 / quantum`` (unbiased random rounding, :func:`~flower_topics.secure_sum.protocol.quantize`);
+    ``limit`` is the party's own entry limit of the round."""
     from flower_topics.secure_sum.protocol import quantize
 
     if np.issubdtype(np.asarray(table).dtype, np.integer):
         values = np.asarray(table, dtype=np.int64).ravel()
     else:
-        values = quantize(np.asarray(table).ravel(), float(settings[wire.QUANTUM]), int(settings[ENTRY_LIMIT]),
+        values = quantize(np.asarray(table).ravel(), float(settings[wire.QUANTUM]), limit,
                           np.random.default_rng())
-    if values.size and int(np.abs(values).max()) >= int(settings[ENTRY_LIMIT]):
+    if values.size and int(np.abs(values).max()) >= limit:
         raise UserInputError(f"prevalence: an entry of this party's table reaches {int(np.abs(values).max())}, over "
-                             f"{settings[ENTRY_LIMIT]}: use a larger secure-aggregation-bits")
+                             f"{limit}: use a larger secure-aggregation-bits")
     return values

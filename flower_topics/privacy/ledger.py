@@ -232,7 +232,8 @@ def _checksum(entries: Sequence[Mapping[str, Any]]) -> str:
 def damaged(path: Path, why: str) -> UserInputError:
     """The one line a damaged ledger gives."""
     return UserInputError(f"privacy-ledger {path} is damaged ({why}): every release is refused until it is restored "
-                          "from a backup; it is never reset")
+                          "from a backup; it is never reset",
+                          reply="privacy-ledger: this party's ledger is damaged; every release is refused")
 
 
 def read_ledger(path: str | os.PathLike[str]) -> Ledger:
@@ -249,7 +250,8 @@ def read_ledger(path: str | os.PathLike[str]) -> Ledger:
     except FileNotFoundError:
         return Ledger()
     except OSError as exc:
-        raise UserInputError(f"privacy-ledger {path}: cannot read it ({exc.strerror or exc})") from exc
+        raise UserInputError(f"privacy-ledger {path}: cannot read it ({exc.strerror or exc})",
+                             reply="privacy-ledger: this party cannot read its ledger") from exc
     try:
         document = json.loads(raw.decode("utf-8"))
         if not isinstance(document, dict) or document.get("format") != FORMAT:
@@ -345,7 +347,7 @@ def check_writable(path: str | os.PathLike[str]) -> None:
             problem = "cannot read it"
     if problem:
         raise UserInputError(f"privacy-ledger {path}: {problem}; name a file this party can write "
-                             "(node config privacy-ledger)")
+                             "(node config privacy-ledger)", reply="privacy-ledger: this party cannot write its ledger")
     read_ledger(path)
 
 
@@ -402,4 +404,5 @@ def record(path: str | os.PathLike[str], entries: Sequence[Entry], *, epsilon: f
             return after
     except OSError as exc:
         raise UserInputError(f"privacy-ledger {path}: cannot write it ({exc.strerror or exc}); nothing was "
-                             "released") from exc
+                             "released", reply="privacy-ledger: this party cannot write its ledger; nothing was "
+                                               "released") from exc

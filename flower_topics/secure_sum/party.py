@@ -34,6 +34,7 @@ from flwr.common.secure_aggregation.secaggplus_utils import (
 )
 
 from flower_topics.errors import UserInputError
+from flower_topics.privacy.party_policy import SecureFacts
 from flower_topics.secure_sum import crypto, shamir
 from flower_topics.secure_sum.graph import round_graph
 from flower_topics.secure_sum.protocol import (
@@ -298,20 +299,18 @@ def answer(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[
     return {**stages[stage](state, node_id, request), "stage": stage, "round": int(request["round"])}
 
 
-#: Settings keys a party adds to its training settings in a secure round (from its own secure-sum state).
-NOISE_SHARE = "secure-sum.noise-share"
-ENTRY_LIMIT = "secure-sum.entry-limit"
-
-
-def round_facts(state: RecordDict, server_round: int) -> dict[str, float | int]:
+def round_facts(state: RecordDict, server_round: int, federation_size: int = 0) -> SecureFacts:
     """What this party's local step needs to know of the round, from the facts it checked itself.
 
-    ``noise-share``: the share of the central noise it adds, ``1 / (n - T)`` for the ``n``
-    participants and the tolerance ``T`` of its own ``keys`` stage, so that any ``n - T``
-    shares carry the whole noise. ``entry-limit``: the largest magnitude an entry of its
-    update may have so that the sum cannot wrap modulo ``2^bits``.
+    ``noise_share``: the share of the central noise it adds. With a federation size of ``N`` told to the
+    party out of band, ``1 / (n - T)`` for ``n = min(N, listed participants)`` and the tolerance ``T`` of its
+    own ``keys`` stage, so that any ``n - T`` shares carry the whole noise; participants the server lists
+    beyond ``N`` (fake parties) do not lower it. Without a federation size (0), the whole noise (1): the
+    server's participant list alone never sets it. ``entry_limit``: the largest magnitude an entry of its
+    update may have so that the sum of the listed participants cannot wrap modulo ``2^bits``.
     """
     record = _record(state, server_round, "train")
     settings = _settings(record)
     parties = len(_ids(record["participants"]))
-    return {NOISE_SHARE: 1.0 / settings.threshold(parties), ENTRY_LIMIT: settings.limit(parties)}
+    share = 1.0 / max(1, settings.threshold(min(parties, federation_size))) if federation_size > 0 else 1.0
+    return SecureFacts(noise_share=share, entry_limit=settings.limit(parties))

@@ -47,7 +47,8 @@ logger = logging.getLogger("flower_topics")
 
 
 def simulate(
-    run_config: Mapping[str, Any], *, mode: str, num_clients: int, out_dir: str | Path, engine: str = "flower"
+    run_config: Mapping[str, Any], *, mode: str, num_clients: int, out_dir: str | Path, engine: str = "flower",
+    node_config: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Train a method federated, centralized or per client, and tabulate the results.
 
@@ -66,6 +67,10 @@ def simulate(
         Federated mode: Flower's simulation engine through ``flwr run`` (default), or every
         SuperNode's ClientApp in this process (see the module docstring). The other modes
         always run in this process.
+    node_config : Mapping, optional
+        Node-config keys every simulated party sets for itself besides its partition (its policy:
+        ``require-document-guarantee``, ``accept-methods``, ``max-epsilon``, ...); not with Flower's
+        engine, which gives each node only its partition.
 
     Returns
     -------
@@ -89,6 +94,10 @@ def simulate(
                              "modes always run in this process")
     if num_clients < 1:
         raise UserInputError("--clients must be >= 1")
+    own = _node_config(node_config or {})
+    if own and engine == "flower" and mode == "federated":
+        raise UserInputError("--node-config needs --engine inprocess: Flower's simulation engine gives each node "
+                             "only its partition")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
     # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
@@ -101,20 +110,35 @@ def simulate(
     # validates first; each share's size only, so that this process does not hold the corpus during the run
     shares = _share_sizes(config, num_clients)
     if mode == "federated":
-        rows = [_in_process(config, [{"partition-id": i, "num-partitions": num_clients} for i in range(num_clients)],
-                            shares, out_dir, mode, "federated")]
+        rows = [_in_process(config, [{**own, "partition-id": i, "num-partitions": num_clients}
+                                     for i in range(num_clients)], shares, out_dir, mode, "federated")]
     elif mode == "centralized":
         pooled = {**config, "partition": "iid", "partition-sizes": "", "label-groups": ""}
-        rows = [_in_process(pooled, [{"partition-id": 0, "num-partitions": 1}],
+        rows = [_in_process(pooled, [{**own, "partition-id": 0, "num-partitions": 1}],
                             [_training_size(simulated_share(pooled, 0, 1).corpus)], out_dir, mode, "centralized")]
     else:
         rows = [
-            _in_process(config, [{"partition-id": i, "num-partitions": num_clients}], [share],
+            _in_process(config, [{**own, "partition-id": i, "num-partitions": num_clients}], [share],
                         out_dir / f"client-{i}", mode, f"client-{i}")
             for i, share in enumerate(shares)
         ]
     write_results_table(out_dir, rows)
     return rows
+
+
+def _node_config(node_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The simulated parties' own node-config keys, validated (one line for an unknown key or a bad value)."""
+    from flower_topics.methods import all_node_options
+    from flower_topics.options import coerce
+
+    table = all_node_options()
+    own = {}
+    for key, value in node_config.items():
+        if key not in table or key in ("partition-id", "num-partitions"):
+            raise UserInputError(f"--node-config {key!r} is not a key a simulated party sets for itself "
+                                 f"(keys: {', '.join(k for k in table if k not in ('partition-id', 'num-partitions'))})")
+        own[key] = coerce(key, value, table[key], source="node-config")
+    return own
 
 
 def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:

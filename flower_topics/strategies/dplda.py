@@ -70,9 +70,13 @@ from flower_topics.wire.protocol import ReplySpec
 TRUST_MODEL = ("every party adds the full noise to its own release: the guarantee holds against the server and "
                "every other party, trusting none of them (no secure aggregation)")
 SECURE_TRUST_MODEL = ("secure aggregation: the server sees only each round's sum, and each of the n parties of a round "
-                      "adds 1/(n - T) of the Skellam noise; the guarantee holds against a server that follows the "
-                      "protocol (it may try to learn from everything it receives) together with up to T parties, "
-                      "with up to T parties dropping out (secure-aggregation-tolerance)")
+                      "adds 1/(n - T) of the Skellam noise, with n at most the federation size the party was told "
+                      "(node config federation-size, or num-partitions in a simulation; told none, it adds the full "
+                      "noise), never the server's participant list; the guarantee holds against a server that follows "
+                      "the protocol (it may try to learn from everything it receives) together with up to T parties, "
+                      "or with up to T parties dropping out (secure-aggregation-tolerance); when T parties collude "
+                      "and T others drop out of one round, the honest survivors' shares carry (n - 2T)/(n - T) of the "
+                      "noise, and that round is protected only at that lower noise")
 
 
 #: Gibbs sweeps of the public start's LDA (:func:`public_start`).

@@ -35,7 +35,7 @@ SECURE_SUM = True
 LAMBDA_KEY = "topic-parameters"
 STATISTIC_KEY = "noisy-statistic"
 
-#: Node-config keys a party of ``dplda`` may set for itself (its local step sees ``party.<key>``).
+#: Node-config keys a party of ``dplda`` may set for itself (its local step finds each in ``party.policy.options``).
 NODE_OPTIONS: Mapping[str, Option] = {
     "max-epsilon": Option(0.0, "dplda: this party's own cap on its whole-run epsilon per document; it refuses a "
                           "release over it whatever the server says (0 = the run's dplda.epsilon)", at_least(0)),

@@ -32,7 +32,7 @@ def _local_topics(value: Any) -> str | None:
     return None if all(1 <= k <= MAX_LOCAL_TOPICS for k in counts) else f"entries must be in [1, {MAX_LOCAL_TOPICS}]"
 
 
-#: Node-config keys a party of ``ftm`` may set for itself (its local step sees ``party.<key>``).
+#: Node-config keys a party of ``ftm`` may set for itself (its local step finds each in ``party.policy.options``).
 NODE_OPTIONS: Mapping[str, Option] = {
     "local-topics": Option(0, "FTM: this party's own number of topics K_p (0 = the run's)", at_least(0)),
 }
