@@ -68,10 +68,22 @@ def test_sum_is_exact_and_masked_vectors_look_nothing_like_the_values():
 
 
 def test_a_party_that_drops_after_masking_keys_the_sum_of_the_rest():
-    nodes = [5, 6, 7, 8, 9]
+    nodes = [5, 6, 7, 8, 9, 10, 11]
     values = {n: np.full(64, n, dtype=np.int64) for n in nodes}
     total, _, _ = run_round(nodes, values, SecureSumSettings(bits=64, tolerance=2), drop_after_shares=(7, 9))
-    np.testing.assert_array_equal(total, np.full(64, 5 + 6 + 8))
+    np.testing.assert_array_equal(total, np.full(64, 5 + 6 + 8 + 10 + 11))
+
+
+def test_with_n_at_most_3t_fewer_than_t_dropouts_pass_the_check():
+    """5 parties, T = 2: two survivor sets signed by 3 parties each could share only the 2 colluders, so a set
+    needs floor((5 + 2) / 2) + 1 = 4 signatures, and 3 survivors stop the round at 'check' with one line."""
+    nodes = [5, 6, 7, 8, 9]
+    values = {n: np.full(64, n, dtype=np.int64) for n in nodes}
+    with pytest.raises(SecureRoundFailed, match="stopped at 'check': 3 of 5 parties signed the survivor set, "
+                                                "the quorum is 4"):
+        run_round(nodes, values, SecureSumSettings(bits=64, tolerance=2), drop_after_shares=(7, 9))
+    total, _, _ = run_round(nodes, values, SecureSumSettings(bits=64, tolerance=2), drop_after_shares=(7,))
+    np.testing.assert_array_equal(total, np.full(64, 5 + 6 + 8 + 9))
 
 
 def test_fewer_survivors_than_the_threshold_stop_the_round():
