@@ -310,8 +310,8 @@ def _check_signatures(record: ConfigRecord, server_round: int, alive: list[int],
     quorum = check_quorum(len(nodes), _settings(record).tolerance)
     if len(signers) != len(signatures) or len(set(signers)) != len(signers) or not set(signers) <= set(alive) \
             or len(signers) < quorum:
-        raise UserInputError(f"secure sum: refused 'unmask' in round {server_round}: it carries {len(set(signers))} "
-                             f"signers of the survivor set, this party needs {quorum} distinct alive ones")
+        raise UserInputError(f"secure sum: refused 'unmask' in round {server_round}: it carries {len(signatures)} "
+                             f"signatures of the survivor set, this party needs {quorum} by distinct alive parties")
     statement = survivors_statement(bytes(record["listing"]), server_round, alive)
     keys = dict(zip(nodes, record["sig-pk"], strict=True))
     for signer, signature in zip(signers, signatures, strict=True):

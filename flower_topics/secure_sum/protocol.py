@@ -42,7 +42,8 @@ is not bad, and it relays every party's keys as the party sent them (Bonawitz et
 SecAgg, with the complete graph and its consistency check; Bell et al. 2020, SecAgg+, with
 the sparse one). The ``check`` stage is what stops a server that shows different parties
 different survivor sets: two statements that each carry :func:`check_quorum` signatures share
-more than ``T`` signers, so one honest party would have signed both.
+more than ``T`` signers when ``n > 3T`` (``n - 2T`` otherwise), so one honest party would have
+signed both.
 """
 
 from __future__ import annotations
@@ -168,14 +169,15 @@ def self_context(server_round: int, node: int) -> bytes:
 
 
 def check_quorum(parties: int, tolerance: int) -> int:
-    """The signatures a survivor set needs, of the ``parties`` of the epoch's key listing: ``floor((n + T) / 2) + 1``.
+    """The signatures a survivor set needs, of the ``n`` parties of the epoch's key listing.
 
-    Two sets that each carry this many signatures from ``n`` parties share at least
-    ``2 floor((n + T) / 2) + 2 - n > T`` signers: with at most ``T`` colluders, some honest party
-    would have signed both, and an honest party signs one set a round. A round needs this many
-    live parties after masking: ``n - T`` when ``n > 3T``, more (fewer dropouts) otherwise.
+    ``q = min(n - T, floor((n + T) / 2) + 1)``: two sets that each carry ``q`` signatures share
+    at least ``2q - n`` signers, and an honest party signs one set a round, so they cannot both
+    stand unless ``2q - n`` parties collude: more than ``T`` when ``n > 3T`` (then ``q`` is the
+    second term), ``n - 2T`` (at least 1) otherwise, where ``q = n - T`` keeps the ``T``
+    dropouts the round is meant to survive. A round needs ``q`` live parties after masking.
     """
-    return (parties + tolerance) // 2 + 1
+    return min(parties - tolerance, (parties + tolerance) // 2 + 1)
 
 
 def listing_digest(first_round: int, nodes: Sequence[int], c_pks: Sequence[bytes], s_pks: Sequence[bytes],
