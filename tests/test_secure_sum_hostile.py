@@ -20,12 +20,18 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
 
+from flower_topics.federation.client_app import make_client_app
+from flower_topics.federation.server_app import run_server
+from flower_topics.run.checkpoint import load_checkpoint
 from flower_topics.secure_sum import crypto, shamir
 from flower_topics.secure_sum import party as secure_party
 from flower_topics.secure_sum.graph import RoundGraph
 from flower_topics.secure_sum.protocol import MESSAGE_TYPE, SecureSumSettings, mask_context, pair_sign, self_context
 from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
+from flower_topics.simulations.inprocess import InProcessGrid
+from flower_topics.wire import lda as wire
 from flower_topics.wire.protocol import CONFIG
+from tests.test_method_contract import TINY
 from tests.test_secure_sum import FakeGrid
 
 ROUND = 9
@@ -163,3 +169,58 @@ def test_a_party_shown_another_list_in_transit_is_left_out_and_the_sum_stays_exa
     np.testing.assert_array_equal(secure.unmask(masked), np.full(4, sum(nodes)))
     unmasked = [msg.metadata.dst_node_id for msg in grid.sent if str(msg.content[CONFIG]["stage"]) == "unmask"]
     assert sorted(unmasked) == [n for n in nodes if n != target]
+
+
+class SplitListGrid(InProcessGrid):
+    """The in-process federation behind a server that shows party ``TARGET`` another dropout list in round 1
+    (``DROPPED`` dropped out, though its update arrived) and, when the server leaves ``TARGET`` out of 'unmask',
+    sends it an 'unmask' of its own list with the one signature it holds (``TARGET``'s); the reply is kept."""
+
+    TARGET, DROPPED = 103, 105
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.signature: bytes | None = None
+        self.injected: Message | None = None
+
+    def _split(self, config) -> None:
+        config["alive"] = [a for a in config["alive"] if int(a) != self.DROPPED]
+        config["dropped"] = sorted(set(config["dropped"]) | {str(self.DROPPED)})
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        stages = {str(m.content[CONFIG].get("stage", "")) for m in messages if m.metadata.message_type == MESSAGE_TYPE
+                  and int(m.content[CONFIG]["round"]) == 1}
+        for msg in messages:
+            if stages & {"check", "unmask"} and msg.metadata.dst_node_id == self.TARGET:
+                self._split(msg.content[CONFIG])
+        replies = self._deliver(messages)
+        if "check" in stages:
+            self.signature = next(bytes(r.content[CONFIG]["signature"]) for r in replies
+                                  if r.metadata.src_node_id == self.TARGET and r.has_content())
+        if "unmask" in stages and all(m.metadata.dst_node_id != self.TARGET for m in messages):
+            config = dict(next(iter(messages)).content[CONFIG])
+            self._split(config)
+            config |= {"signers": [str(self.TARGET)], "signatures": [self.signature]}
+            (self.injected,) = self._deliver([Message(content=RecordDict({CONFIG: ConfigRecord(config)}),
+                                                      message_type=MESSAGE_TYPE, dst_node_id=self.TARGET)])
+        return replies
+
+
+def test_through_the_client_app_a_party_shown_another_dropout_list_refuses_and_the_sum_stays_exact(tmp_path):
+    """lda, 5 parties, T = 1, through the real ClientApp: the party shown another list signs it, the server's check
+    leaves it out, the attacker's 'unmask' of that list is refused in one line; the model is the plain run's."""
+    def run(name, grid_class, **extra):
+        config = {**TINY, "method": "lda", "synthetic-nodes": 5, "synthetic-topics": 7, "federated-eval": False,
+                  "num-rounds": 2, "output-dir": str(tmp_path / name), **extra}
+        grid = grid_class.partitions(make_client_app(config), 5, config)
+        run_server(grid, config)
+        return load_checkpoint(tmp_path / name).global_arrays[wire.COUNTS_KEY], grid
+
+    plain, _ = run("plain", InProcessGrid)
+    secure, grid = run("secure", SplitListGrid, **{"secure-aggregation": True, "secure-aggregation-tolerance": 1})
+    assert grid.injected is not None and grid.injected.has_error()
+    reason = grid.injected.error.reason
+    assert "refused 'unmask' in round 1: it carries 1 signatures of the survivor set, this party needs 4" in reason
+    assert "\n" not in reason
+    np.testing.assert_array_equal(secure, plain)

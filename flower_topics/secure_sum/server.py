@@ -17,7 +17,7 @@ logged line, as if that party had not answered.
 
 A :class:`KeyEpoch` is what one agreement serves: the participants, their public keys and
 the graph, for up to ``R`` rounds (:attr:`SecureSumSettings.epoch`). The next round
-continues it (no ``keys`` or ``shares`` stage: a training message and ``unmask``) only if it
+continues it (no ``keys`` or ``shares`` stage: a training message, ``check`` and ``unmask``) only if it
 samples the same parties, is within the epoch, and the round just before, of the epoch, ended
 with every party answering every stage and none dropped; otherwise it starts a new epoch.
 """
