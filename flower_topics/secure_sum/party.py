@@ -17,9 +17,9 @@ replayed or reordered message), ``keys`` for a round not after its last, a secon
 both kinds of shares of one party). It reveals shares only for the survivor set it signed in
 ``check``, and only when :func:`~flower_topics.secure_sum.protocol.check_quorum` parties of
 the epoch's listing signed that same set (Bonawitz et al. 2017's consistency check): a server
-showing different parties different dropouts cannot gather both kinds of shares of a party. It masks in a later round of an epoch only if it answered the
-``unmask`` of the round just before and that round had every participant alive and none
-dropped: otherwise the server may have rebuilt some party's mask key (*burned* it), and the
+showing different parties different dropouts cannot gather both kinds of shares of a party.
+It masks in a later round of an epoch only if it answered the ``unmask`` of the round just
+before and that round had every participant alive and none dropped: otherwise the server may have rebuilt some party's mask key (*burned* it), and the
 epoch is over for this party (the next round must start a new epoch with ``keys``).
 """
 

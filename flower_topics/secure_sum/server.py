@@ -7,19 +7,21 @@ forwards each party the shares of its neighbours in the record its training mess
 carry, and, once the masked updates are in, runs ``check`` with the parties whose update
 arrived (each signs the alive set; the server keeps the signatures that verify), then
 ``unmask`` with the signers, handing each the signatures of a quorum
-(:func:`~flower_topics.secure_sum.protocol.check_quorum`), and removes the masks: the round's self masks of the alive parties (from ``t``
-shares of each seed) and the pairwise masks that the alive parties share with neighbours
-that dropped out after the share stage (from ``t`` shares of each dropped party's mask key
-of the round). Fewer than ``n - T`` survivors at any stage, or fewer than ``t`` live holders
-of a secret, stops the round with one logged line; the caller keeps its model. A reply whose
-stage or round is not the one asked (a replayed or reordered message) is refused with one
-logged line, as if that party had not answered.
+(:func:`~flower_topics.secure_sum.protocol.check_quorum`, never more than the ``n - T``
+signers a round needs anyway), and removes the masks: the round's self masks of the alive
+parties (from ``t`` shares of each seed) and the pairwise masks that the alive parties share
+with neighbours that dropped out after the share stage (from ``t`` shares of each dropped
+party's mask key of the round). Fewer than ``n - T`` survivors at any stage, or fewer than
+``t`` live holders of a secret, stops the round with one logged line; the caller keeps its
+model. A reply whose stage or round is not the one asked (a replayed or reordered message)
+is refused with one logged line, as if that party had not answered.
 
 A :class:`KeyEpoch` is what one agreement serves: the participants, their public keys and
 the graph, for up to ``R`` rounds (:attr:`SecureSumSettings.epoch`). The next round
-continues it (no ``keys`` or ``shares`` stage: a training message, ``check`` and ``unmask``) only if it
-samples the same parties, is within the epoch, and the round just before, of the epoch, ended
-with every party answering every stage and none dropped; otherwise it starts a new epoch.
+continues it (no ``keys`` or ``shares`` stage: a training message, ``check`` and ``unmask``)
+only if it samples the same parties, is within the epoch, and the round just before, of the
+epoch, ended with every party answering every stage and none dropped; otherwise it starts a
+new epoch.
 """
 
 from __future__ import annotations
@@ -231,11 +233,7 @@ class SecureRound:
             else:
                 log(WARNING, "round %d: secure sum 'check': node %d: refused a signature of the survivor set that "
                     "does not verify", self.server_round, node)
-        self._need("check", signed)
-        quorum = check_quorum(len(epoch.public_keys), self.settings.tolerance)
-        if len(signed) < quorum:
-            raise SecureRoundFailed(f"round {self.server_round}: secure sum stopped at 'check': {len(signed)} of "
-                                    f"{len(epoch.public_keys)} parties signed the survivor set, the quorum is {quorum}")
+        self._need("check", signed)  # n - T signers: at least the quorum
         return signed
 
     def unmask(self, masked: dict[int, np.ndarray]) -> np.ndarray:
@@ -244,9 +242,9 @@ class SecureRound:
         Raises
         ------
         SecureRoundFailed
-            When fewer than ``n - T`` masked updates arrived or parties answered ``unmask``, fewer
-            than the quorum signed the alive set in ``check``, or fewer than ``t`` holders of a
-            party's secret answered.
+            When fewer than ``n - T`` masked updates arrived, valid signatures of the alive set
+            came back in ``check`` or parties answered ``unmask``, or fewer than ``t`` holders of
+            a party's secret answered.
         """
         if self.graph is None or self.epoch is None:
             raise RuntimeError("SecureRound.unmask before setup")
