@@ -16,7 +16,7 @@ tolerance ``--tolerance`` (default 1). The figures are the medians over rounds 2
 of ``metrics.jsonl`` (round 1 holds the parties' start-up); ``--parties`` with no value skips
 these runs. In one process every party's work runs one after the other, so a second table
 times the secure sum alone (100,000 cells) at ``--alone-parties`` (default 5, 50, 100, 200):
-the graph's degree and threshold, the work of one party (keys, shares, masking, unmask; the
+the graph's degree and threshold, the work of one party (keys, shares, masking, check, unmask; the
 mean over the parties) and of the server (relay and unmasking), which on real hosts run in
 parallel, in the round that agrees the keys and in a later round of the key epoch; each is
 the fastest of ``--repeat`` (default 3) sums, as the machine may be shared. The secure runs

@@ -285,8 +285,8 @@ def test_the_wire_audit_sees_only_masked_vectors_and_no_metrics(tmp_path, dp):
     audit, sizes = _run(tmp_path, "ntm", **SECURE, **{"secure-aggregation-tolerance": 0, "federated-eval": False,
                                                       "ntm.dp": dp, "ntm.batch-size": 8, "num-rounds": 2})
     seen = audit.check(sizes, _documents)
-    # keys, shares and unmask in round 1; round 2 continues the key epoch: unmask only (2 parties)
-    assert seen == {"query.candidates": 2, "query.vocabulary": 2, "train.ntm": 4, "query.secure_sum": 8}
+    # keys, shares, check and unmask in round 1; round 2 continues the key epoch: check and unmask (2 parties)
+    assert seen == {"query.candidates": 2, "query.vocabulary": 2, "train.ntm": 4, "query.secure_sum": 12}
     for request, reply, _ in audit.sent:
         if request.metadata.message_type == "train.ntm":
             assert not reply.has_error()

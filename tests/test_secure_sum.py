@@ -8,7 +8,7 @@ from flwr.app import ConfigRecord, Error, Message, RecordDict
 
 from flower_topics.errors import UserInputError
 from flower_topics.secure_sum import party
-from flower_topics.secure_sum.protocol import SecureSumSettings
+from flower_topics.secure_sum.protocol import SecureSumSettings, check_quorum
 from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
 from flower_topics.wire.protocol import CONFIG
 from tests.flower_harness import as_server, reply_from
@@ -72,6 +72,53 @@ def test_a_party_that_drops_after_masking_keys_the_sum_of_the_rest():
     values = {n: np.full(64, n, dtype=np.int64) for n in nodes}
     total, _, _ = run_round(nodes, values, SecureSumSettings(bits=64, tolerance=2), drop_after_shares=(7, 9))
     np.testing.assert_array_equal(total, np.full(64, 5 + 6 + 8))
+
+
+def test_two_survivor_sets_that_reach_the_quorum_share_more_signers_than_may_collude():
+    """Every n <= 60 and T < n / 2: q signers of n leave at most n - T live parties needed, and two sets of q share
+    2q - n signers, more than T when n > 3T and n - 2T otherwise (by hand: 200 parties, T = 1: 101; 3, T = 1: 2)."""
+    assert (check_quorum(200, 1), check_quorum(5, 1), check_quorum(3, 1), check_quorum(1000, 20)) == (101, 4, 2, 511)
+    for n in range(2, 61):
+        for tolerance in range(0, (n + 1) // 2):
+            if 2 * tolerance >= n:
+                continue
+            q = check_quorum(n, tolerance)
+            assert q <= n - tolerance
+            overlap = 2 * q - n
+            assert overlap > tolerance if n > 3 * tolerance else overlap == n - 2 * tolerance >= 1
+            assert q == n - tolerance or 2 * (q - 1) - n <= tolerance  # and the smallest such q
+
+
+def test_a_party_reveals_shares_only_for_the_set_it_signed_with_the_quorum_of_valid_signatures():
+    """7 parties, T = 1 (q = 5): the 'unmask' request a party answers names the alive set it signed in 'check' and
+    carries q valid signatures of it by distinct alive parties; anything else is refused in one line."""
+    nodes = [1, 2, 3, 4, 5, 6, 7]
+    grid = FakeGrid(nodes)
+    secure = SecureRound(grid, nodes, SecureSumSettings(bits=32, tolerance=1), server_round=3, timeout=5)
+    records = secure.setup()
+    for node, record in records.items():
+        party.mask_update(grid.states[node], node, record, np.ones(4, dtype=np.int64))
+    lists = {"stage": "check", "round": 3, "alive": [str(n) for n in nodes], "dropped": []}
+    signed = {n: bytes(party.answer(grid.states[n], n, lists)["signature"]) for n in nodes}
+    with pytest.raises(UserInputError, match="already answered 'check' in round 3"):
+        party.answer(grid.states[1], 1, lists)
+
+    def unmask(signers, alive=nodes, signatures=None):
+        return {**lists, "stage": "unmask", "alive": [str(n) for n in alive], "signers": [str(n) for n in signers],
+                "signatures": signatures if signatures is not None else [signed[n] for n in signers]}
+
+    refusals = {
+        "4 signatures of the survivor set, this party needs 5": unmask([1, 2, 3, 4]),
+        "5 signatures .* needs 5 by distinct alive parties": unmask([1, 2, 3, 4, 4]),
+        "node 5's signature of the survivor set does not verify":
+            unmask([1, 2, 3, 4, 5], signatures=[signed[n] for n in (1, 2, 3, 4)] + [signed[4]]),
+        "its alive list is not the one this party signed": unmask([1, 2, 3, 4, 5], alive=nodes[:6]),
+    }
+    for reason, request in refusals.items():
+        with pytest.raises(UserInputError, match=reason):
+            party.answer(grid.states[1], 1, request)
+    answer = party.answer(grid.states[1], 1, unmask([1, 2, 3, 4, 5]))
+    assert sorted(map(int, answer["nodes"])) == secure.graph.holders(1) and not any(answer["key-shares"])
 
 
 def test_fewer_survivors_than_the_threshold_stop_the_round():

@@ -257,22 +257,22 @@ def test_the_audit_fails_on_evaluation_sums_a_training_message_did_not_ask_for(t
 
 @pytest.mark.parametrize("method, epoch", [("dplda", 10), ("lda", 10), ("dplda", 1)])
 def test_under_secure_aggregation_a_party_sends_only_keys_ciphertexts_shares_and_masked_sums(tmp_path, method, epoch):
-    """3 rounds, 2 parties: with a key epoch of 10 rounds, 'keys' and 'shares' in round 1 only (2 + 2 + 2 + 2 + 2
-    secure-sum messages); with 1, every round (3 x 3 x 2)."""
+    """3 rounds, 2 parties: with a key epoch of 10 rounds, 'keys' and 'shares' in round 1 only ('check' and
+    'unmask' every round: 2 x 2 + 3 x 2 x 2 secure-sum messages); with 1, every round (3 x 4 x 2)."""
     audit, sizes = _run(tmp_path, method, **{"secure-aggregation": True, "secure-aggregation-tolerance": 0,
                                              "federated-eval": False, "secure-aggregation-epoch": epoch})
     seen = audit.check(sizes, _documents)
     agreement = {"query.candidates": 2} if method == "lda" else {}  # lda: the union agreement's two stages
     assert seen == {**agreement, "query.vocabulary": 2, f"train.{method}": 6,
-                    "query.secure_sum": 10 if epoch > 1 else 18}
+                    "query.secure_sum": 16 if epoch > 1 else 24}
     stages: dict[int, list[str]] = {}
     for request, _, _ in audit.sent:
         if request.metadata.message_type == "query.secure_sum":
             config = request.content["config"]
             stages.setdefault(int(config["round"]), []).append(str(config["stage"]))
-    first = sorted(["keys", "shares", "unmask"] * 2)
-    assert {r: sorted(s) for r, s in stages.items()} == {1: first, 2: first if epoch == 1 else ["unmask"] * 2,
-                                                         3: first if epoch == 1 else ["unmask"] * 2}
+    first, later = sorted(["keys", "shares", "check", "unmask"] * 2), sorted(["check", "unmask"] * 2)
+    assert {r: sorted(s) for r, s in stages.items()} == {1: first, 2: first if epoch == 1 else later,
+                                                         3: first if epoch == 1 else later}
     for request, reply, _ in audit.sent:
         if request.metadata.message_type == f"train.{method}":
             (masked,) = reply.content["update"].values()

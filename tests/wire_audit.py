@@ -11,9 +11,10 @@ What may leave a party, by message type (README, "What leaves a party"):
 - ``train.<method>``: exactly the method's reply protocol (``MethodSpec.reply_spec``); under
   secure aggregation, one masked integer vector of the protocol's arrays and nothing else;
 - ``query.secure_sum`` (every reply marked with its stage and round; ``keys`` and ``shares``
-  only in the first round of a key epoch): stage ``keys``, one X25519 public key and one
-  mask public key per round of the epoch; ``shares``, one Fernet ciphertext per neighbour
-  (all of one length) addressed to participants it was sent; ``unmask``, per party of the
+  only in the first round of a key epoch): stage ``keys``, one X25519 public key, one
+  mask public key per round of the epoch and one Ed25519 public key; ``shares``, one Fernet
+  ciphertext per neighbour (all of one length) addressed to participants it was sent;
+  ``check``, one Ed25519 signature of the alive set it was sent; ``unmask``, per party of the
   request, a share of its self-mask seed of the round if it is alive or of its mask key of
   the round if it dropped out, never both (:mod:`flower_topics.secure_sum`);
 - ``query.prevalence``: one ``K x T`` table of summed topic shares per period (``T``: the run's public
@@ -195,16 +196,20 @@ def _spec(request: Message) -> tuple[ReplySpec | None, set[tuple[str, int]]]:
 def _secure_sum_reply(request: Message, reply: Message, node_id: int) -> None:
     """A secure-sum stage's reply carries exactly what :mod:`flower_topics.secure_sum.party` documents."""
     stage = str(request.content[CONFIG]["stage"])
-    expected = {"keys": {"c-pk", "s-pk"}, "shares": {"destinations", "ciphertexts"},
-                "unmask": {"nodes", "seed-shares", "key-shares"}}[stage] | {"stage", "round"}
+    expected = {"keys": {"c-pk", "s-pk", "sig-pk"}, "shares": {"destinations", "ciphertexts"},
+                "check": {"signature"}, "unmask": {"nodes", "seed-shares", "key-shares"}}[stage] | {"stage", "round"}
     if set(reply.content.keys()) != {CONFIG} or set(reply.content[CONFIG].keys()) != expected:
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: "
                          f"{ {k: sorted(v.keys()) for k, v in reply.content.items()} }")
     answer, asked = reply.content[CONFIG], request.content[CONFIG]
     rounds = int(asked.get("epoch-rounds", 1))  # a key epoch: one mask key pair per round
     if stage == "keys" and not (isinstance(answer["c-pk"], bytes) and len(answer["c-pk"]) == 44
-                                and isinstance(answer["s-pk"], bytes) and len(answer["s-pk"]) == 44 * rounds):
-        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not 1 + {rounds} DER X25519 public keys")
+                                and isinstance(answer["s-pk"], bytes) and len(answer["s-pk"]) == 44 * rounds
+                                and isinstance(answer["sig-pk"], bytes) and len(answer["sig-pk"]) == 32):
+        raise AuditError(f"secure sum 'keys' reply of node {node_id}: not 1 + {rounds} DER X25519 public keys and "
+                         f"one raw Ed25519 public key")
+    if stage == "check" and not (isinstance(answer["signature"], bytes) and len(answer["signature"]) == 64):
+        raise AuditError(f"secure sum 'check' reply of node {node_id}: not one Ed25519 signature")
     if (str(answer["stage"]), int(answer["round"])) != (stage, int(asked["round"])):
         raise AuditError(f"secure sum '{stage}' reply of node {node_id}: not marked with its stage and round")
     if stage == "shares":  # one ciphertext per neighbour in the round's graph, all of them when it is complete

@@ -8,6 +8,8 @@
 - Secret sharing: Shamir over the field of the prime ``2^521 - 1``
   (:mod:`~flower_topics.secure_sum.shamir`; a mask seed or an X25519 private key is one
   field element).
+- Signatures of the survivor set (the ``check`` stage): Ed25519 (``cryptography``), a fresh
+  key pair per key epoch.
 - Masks: AES-256 in counter mode (``cryptography``) keyed by HKDF-SHA256 of the mask seed.
   Flower's own ``pseudo_rand_gen`` is not used: it folds a seed to 32 bits and draws from
   numpy's Mersenne Twister, so a server could search all 2^32 seeds of a mask.
@@ -19,7 +21,8 @@ import base64
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import x25519
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric import ed25519, x25519
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from flwr.common.secure_aggregation.crypto.symmetric_encryption import decrypt, encrypt
@@ -35,11 +38,16 @@ __all__ = [
     "private_scalar",
     "public_bytes",
     "shared_key",
+    "sign",
+    "signing_key",
+    "verify",
 ]
 
 PrivateKey = x25519.X25519PrivateKey
 #: The length of a DER SubjectPublicKeyInfo of an X25519 key.
 PUBLIC_KEY_BYTES = 44
+#: The lengths of a raw Ed25519 public key and of an Ed25519 signature.
+SIGNING_KEY_BYTES, SIGNATURE_BYTES = 32, 64
 
 
 def new_private_key() -> PrivateKey:
@@ -95,3 +103,25 @@ def mask(seed: bytes, context: bytes, size: int, bits: int = 64) -> np.ndarray:
     dtype = np.uint32 if bits <= 32 else np.uint64
     width = np.dtype(dtype).itemsize
     return np.frombuffer(stream.update(b"\x00" * (width * size)) + stream.finalize(), dtype=dtype).copy()
+
+
+def signing_key() -> tuple[bytes, bytes]:
+    """A fresh Ed25519 key pair (OS entropy): its 32 raw private bytes and its 32 raw public bytes."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    return (key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                              serialization.NoEncryption()),
+            key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+
+
+def sign(private: bytes, message: bytes) -> bytes:
+    """The Ed25519 signature (64 bytes) of ``message`` under the raw private key ``private``."""
+    return ed25519.Ed25519PrivateKey.from_private_bytes(bytes(private)).sign(message)
+
+
+def verify(public: bytes, signature: bytes, message: bytes) -> bool:
+    """Whether ``signature`` is a valid Ed25519 signature of ``message`` under the raw public key ``public``."""
+    try:
+        ed25519.Ed25519PublicKey.from_public_bytes(bytes(public)).verify(bytes(signature), message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True

@@ -13,10 +13,13 @@ A party refuses, with one line, what an honest server would never ask: a key lis
 its own keys, fewer participants than the threshold, a party listed as both alive and
 dropped, and any stage out of order or twice: a request of another round or epoch (a
 replayed or reordered message), ``keys`` for a round not after its last, a second
-``shares``, mask or ``unmask`` in one round (a server asking twice could collect both kinds
-of shares of one party). It masks in a later round of an epoch only if it answered the
-``unmask`` of the round just before and that round had every participant alive and none
-dropped: otherwise the server may have rebuilt some party's mask key (*burned* it), and the
+``shares``, mask, ``check`` or ``unmask`` in one round (a server asking twice could collect
+both kinds of shares of one party). It reveals shares only for the survivor set it signed in
+``check``, and only when :func:`~flower_topics.secure_sum.protocol.check_quorum` parties of
+the epoch's listing signed that same set (Bonawitz et al. 2017's consistency check): a server
+showing different parties different dropouts cannot gather both kinds of shares of a party.
+It masks in a later round of an epoch only if it answered the ``unmask`` of the round just
+before and that round had every participant alive and none dropped: otherwise the server may have rebuilt some party's mask key (*burned* it), and the
 epoch is over for this party (the next round must start a new epoch with ``keys``).
 """
 
@@ -40,14 +43,17 @@ from flower_topics.secure_sum.graph import round_graph
 from flower_topics.secure_sum.protocol import (
     MAX_EPOCH,
     SecureSumSettings,
+    check_quorum,
+    listing_digest,
     mask_context,
     pair_sign,
     self_context,
+    survivors_statement,
 )
 
 STATE = "secure-sum-state"
 #: The stage a party must have answered last before each stage of a round.
-_AFTER = {"shares": "keys", "mask": "shares", "unmask": "mask"}
+_AFTER = {"shares": "keys", "mask": "shares", "check": "mask", "unmask": "check"}
 _KEY = crypto.PUBLIC_KEY_BYTES
 _SHARE = shamir.SHARE_BYTES
 
@@ -105,8 +111,9 @@ def _slot(record: ConfigRecord, server_round: int) -> int:
 def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
     """Stage ``keys``: a new key epoch from ``round``: the key pair for the shares, and a mask key pair per round.
 
-    Returns ``c-pk`` (one DER X25519 public key) and ``s-pk`` (the epoch's ``R`` mask public
-    keys, one after the other).
+    Returns ``c-pk`` (one DER X25519 public key), ``s-pk`` (the epoch's ``R`` mask public
+    keys, one after the other) and ``sig-pk`` (a raw Ed25519 public key: it signs the epoch's
+    survivor sets in ``check``).
     """
     server_round, participants = int(request["round"]), _ids(request["participants"])
     if STATE in state.config_records and int(state[STATE]["round"]) >= server_round:
@@ -122,14 +129,16 @@ def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) 
     if problem:
         raise UserInputError(problem)
     c_key, s_keys = crypto.new_private_key(), [crypto.new_private_key() for _ in range(rounds)]
+    sig_sk, sig_pk = crypto.signing_key()
     state[STATE] = ConfigRecord({  # replaces any earlier epoch: its keys are never used again
         "round": server_round, "epoch": server_round, "rounds": rounds,
         "bits": settings.bits, "tolerance": settings.tolerance,
         "participants": [str(p) for p in participants],
         "c-sk": crypto.private_bytes(c_key), "s-sk": [crypto.private_bytes(k) for k in s_keys],
-        "stage": "keys", "clean": False,
+        "sig-sk": sig_sk, "sig-own": sig_pk, "stage": "keys", "clean": False,
     })
-    return {"c-pk": crypto.public_bytes(c_key), "s-pk": b"".join(crypto.public_bytes(k) for k in s_keys)}
+    return {"c-pk": crypto.public_bytes(c_key), "s-pk": b"".join(crypto.public_bytes(k) for k in s_keys),
+            "sig-pk": sig_pk}
 
 
 def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,15 +153,18 @@ def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> d
     server_round = int(request["round"])
     record = _state(state, server_round, "shares")
     nodes, c_pks, s_pks = _ids(request["nodes"]), list(request["c-pk"]), list(request["s-pk"])
+    sig_pks = [bytes(b) for b in request["sig-pk"]]
     settings = _settings(record)
     rounds = settings.epoch
     c_key = crypto.load_private(bytes(record["c-sk"]))
     s_keys = [crypto.load_private(bytes(k)) for k in record["s-sk"]]
-    if not (len(nodes) == len(c_pks) == len(s_pks)) or len(set(nodes)) != len(nodes) \
-            or any(len(bytes(b)) != rounds * _KEY for b in s_pks):
+    if not (len(nodes) == len(c_pks) == len(s_pks) == len(sig_pks)) or len(set(nodes)) != len(nodes) \
+            or any(len(bytes(b)) != rounds * _KEY for b in s_pks) \
+            or any(len(b) != crypto.SIGNING_KEY_BYTES for b in sig_pks):
         raise UserInputError("secure sum: the key list is malformed")
     if node_id not in nodes or bytes(c_pks[nodes.index(node_id)]) != crypto.public_bytes(c_key) \
-            or bytes(s_pks[nodes.index(node_id)]) != b"".join(crypto.public_bytes(k) for k in s_keys):
+            or bytes(s_pks[nodes.index(node_id)]) != b"".join(crypto.public_bytes(k) for k in s_keys) \
+            or sig_pks[nodes.index(node_id)] != bytes(record["sig-own"]):
         raise UserInputError("secure sum: the key list does not carry this party's own keys")
     participants = len(_ids(record["participants"]))
     if not set(nodes) <= set(_ids(record["participants"])):
@@ -185,6 +197,9 @@ def share_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> d
     record["threshold"] = graph.threshold
     record["c-pk"] = [bytes(b) for b in c_pks]
     record["s-pk"] = [bytes(b) for b in s_pks]
+    record["sig-pk"] = sig_pks
+    record["listing"] = listing_digest(server_round, nodes, [bytes(b) for b in c_pks], [bytes(b) for b in s_pks],
+                                       sig_pks)
     record["own-share"] = own
     return {"destinations": destinations, "ciphertexts": ciphertexts}
 
@@ -254,45 +269,95 @@ def mask_update(state: RecordDict, node_id: int, request: Mapping[str, Any], val
     return settings.reduce(masked).astype(settings.wire_dtype)
 
 
+def _lists(record: ConfigRecord, node_id: int, request: Mapping[str, Any]) -> tuple[list[int], set[int]]:
+    """The request's alive list (sorted) and dropped set, after the checks an honest server's lists pass."""
+    alive, dropped = _ids(request["alive"]), set(_ids(request["dropped"]))
+    settings = _settings(record)
+    senders = set(_ids(record.get("senders", [])))
+    survivors = settings.threshold(len(_ids(record["participants"])))
+    nodes = set(_ids(record.get("nodes", [])))
+    mine = (set(alive) | dropped) & (set(_ids(record.get("neighbours", []))) | {node_id})
+    if len(set(alive)) != len(alive) or set(alive) & dropped or node_id not in alive \
+            or not set(alive) | dropped <= nodes or not mine <= senders | {node_id}:
+        raise UserInputError("secure sum: the alive and dropped lists are inconsistent")
+    if len(alive) < survivors:
+        raise UserInputError(f"secure sum: {len(alive)} parties alive, the threshold is {survivors}")
+    return sorted(alive), dropped
+
+
+def check_survivors(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
+    """Stage ``check``: this party's Ed25519 signature of the round's alive set, once a round.
+
+    The statement (:func:`~flower_topics.secure_sum.protocol.survivors_statement`) names the
+    epoch's key listing, the round and the alive parties; the party keeps the set it signed
+    and will reveal shares in ``unmask`` for that set only.
+    """
+    server_round = int(request["round"])
+    record = _state(state, server_round, "check")
+    alive, _ = _lists(record, node_id, request)
+    record["stage"] = "check"
+    record["signed"] = [str(n) for n in alive]
+    statement = survivors_statement(bytes(record["listing"]), server_round, alive)
+    return {"signature": crypto.sign(bytes(record["sig-sk"]), statement)}
+
+
+def _check_signatures(record: ConfigRecord, server_round: int, alive: list[int], request: Mapping[str, Any]) -> None:
+    """That the request carries the quorum's valid signatures, from distinct alive parties, on the set this party signed."""
+    if alive != _ids(record["signed"]):
+        raise UserInputError(f"secure sum: refused 'unmask' in round {server_round}: its alive list is not the one "
+                             f"this party signed (the server showed parties different survivor sets)")
+    nodes = _ids(record["nodes"])
+    signers, signatures = _ids(request["signers"]), [bytes(s) for s in request["signatures"]]
+    quorum = check_quorum(len(nodes), _settings(record).tolerance)
+    if len(signers) != len(signatures) or len(set(signers)) != len(signers) or not set(signers) <= set(alive) \
+            or len(signers) < quorum:
+        raise UserInputError(f"secure sum: refused 'unmask' in round {server_round}: it carries {len(signatures)} "
+                             f"signatures of the survivor set, this party needs {quorum} by distinct alive parties")
+    statement = survivors_statement(bytes(record["listing"]), server_round, alive)
+    keys = dict(zip(nodes, record["sig-pk"], strict=True))
+    for signer, signature in zip(signers, signatures, strict=True):
+        if not crypto.verify(bytes(keys[signer]), signature, statement):
+            raise UserInputError(f"secure sum: refused 'unmask' in round {server_round}: node {signer}'s signature "
+                                 f"of the survivor set does not verify")
+
+
 def unmask(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
     """Stage ``unmask``: this party's shares of its alive holders' round seeds and of its dropped neighbours' round keys.
 
-    ``alive`` and ``dropped`` are the round's lists (every party whose shares went out); the
-    party answers for itself and the neighbours whose shares it holds, never both kinds for
-    one party, and once a round; the shares are those of this round's seed and mask key
-    only. A round with a party dropped or a participant missing ends the epoch for this party.
+    ``alive`` and ``dropped`` are the round's lists (every party whose shares went out):
+    ``alive`` must be the set this party signed in ``check``, and ``signers`` and
+    ``signatures`` must hold :func:`~flower_topics.secure_sum.protocol.check_quorum` valid
+    signatures of it by distinct alive parties of the epoch's listing. The party answers for
+    itself and the neighbours whose shares it holds, never both kinds for one party, and once
+    a round; the shares are those of this round's seed and mask key only. A round with a
+    party dropped or a participant missing ends the epoch for this party.
     """
     server_round = int(request["round"])
     record = _state(state, server_round, "unmask")
-    alive, dropped = set(_ids(request["alive"])), set(_ids(request["dropped"]))
-    settings = _settings(record)
-    senders = set(_ids(record.get("senders", [])))
+    alive, dropped = _lists(record, node_id, request)
+    _check_signatures(record, server_round, alive, request)
     participants = set(_ids(record["participants"]))
-    survivors = settings.threshold(len(participants))
-    nodes = _ids(record.get("nodes", []))
-    mine = (alive | dropped) & (set(_ids(record.get("neighbours", []))) | {node_id})
-    if alive & dropped or node_id not in alive or not (alive | dropped) <= set(nodes) or not mine <= senders | {node_id}:
-        raise UserInputError("secure sum: the unmask request's alive and dropped lists are inconsistent")
-    if len(alive) < survivors:
-        raise UserInputError(f"secure sum: {len(alive)} parties alive, the threshold is {survivors}")
+    mine = (set(alive) | dropped) & (set(_ids(record.get("neighbours", []))) | {node_id})
     record["stage"] = "unmask"
-    record["clean"] = not dropped and alive == participants  # else the epoch is over: keys may be burned
+    record["clean"] = not dropped and set(alive) == participants  # else the epoch is over: keys may be burned
     low, high = _slot(record, server_round) * _SHARE, (_slot(record, server_round) + 1) * _SHARE
     shares_of, seed_shares, key_shares = [], [], []
     opened = {node_id: bytes(record["own-share"])}
     opened.update({sender: bytes(plain) for sender, plain in zip(_ids(record["senders"]), record["opened"],
                                                                  strict=True)})
+    living = set(alive)
     for peer in sorted(mine):
         _, _, seed_share, key_share = share_keys_plaintext_separate(opened[peer])
         shares_of.append(str(peer))
-        seed_shares.append(seed_share[low:high] if peer in alive else b"")
+        seed_shares.append(seed_share[low:high] if peer in living else b"")
         key_shares.append(key_share[low:high] if peer in dropped else b"")
     return {"nodes": shares_of, "seed-shares": seed_shares, "key-shares": key_shares}
 
 
 def answer(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
-    """The reply to a secure-sum query message (stage ``keys``, ``shares`` or ``unmask``), with its stage and round."""
-    stages = {"keys": advertise_keys, "shares": share_keys, "unmask": unmask}
+    """The reply to a secure-sum query message (stage ``keys``, ``shares``, ``check`` or ``unmask``), with its stage
+    and round."""
+    stages = {"keys": advertise_keys, "shares": share_keys, "check": check_survivors, "unmask": unmask}
     stage = str(request.get("stage", ""))
     if stage not in stages:
         raise UserInputError(f"secure sum: unknown stage {stage!r}")

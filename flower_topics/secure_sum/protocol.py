@@ -1,8 +1,8 @@
 """What the secure sum's messages carry, and the arithmetic modulo ``2^bits`` (shared by both ends).
 
-A round of secure aggregation has four steps in the first round of a *key epoch* and two
-(the training message and ``unmask``) in its later rounds; the first, second and fourth are
-Flower query messages of type :data:`MESSAGE_TYPE` with a
+A round of secure aggregation has five steps in the first round of a *key epoch* and three
+(the training message, ``check`` and ``unmask``) in its later rounds; all but the training
+message are Flower query messages of type :data:`MESSAGE_TYPE` with a
 :data:`~flower_topics.wire.protocol.CONFIG` record whose ``stage`` is one of the following.
 Every request and every reply carries the ``stage`` and the ``round``; either end refuses,
 with one line, one of another round or out of order (a replayed or reordered message).
@@ -10,34 +10,46 @@ with one line, one of another round or out of order (a replayed or reordered mes
 ``keys`` (an epoch's first round)
     server -> each sampled party: the round, the participants, ``bits``, the tolerance ``T``
     and ``epoch-rounds`` ``R``. Reply: fresh X25519 public keys: ``c-pk`` to encrypt shares,
-    ``s-pk`` the ``R`` mask keys, one per round of the epoch, one after the other.
+    ``s-pk`` the ``R`` mask keys, one per round of the epoch, one after the other; and
+    ``sig-pk``, a fresh Ed25519 public key that signs the epoch's survivor sets.
 ``shares`` (an epoch's first round)
-    server -> each party that answered: everyone's public keys, from which every party
-    derives the epoch's graph (:mod:`~flower_topics.secure_sum.graph`). Reply: for each
-    neighbour, a Fernet ciphertext of its Shamir shares (threshold ``t``) of this party's
-    ``R`` self-mask seeds and ``R`` mask private keys.
+    server -> each party that answered: everyone's public keys (``nodes``, ``c-pk``,
+    ``s-pk``, ``sig-pk``), from which every party derives the epoch's graph
+    (:mod:`~flower_topics.secure_sum.graph`). Reply: for each neighbour, a Fernet ciphertext
+    of its Shamir shares (threshold ``t``) of this party's ``R`` self-mask seeds and ``R``
+    mask private keys.
 
 The third step is the method's own ``train.<method>`` message: it carries a
 :data:`ROUND_RECORD` ConfigRecord with the round, the epoch (its first round) and, in the
 epoch's first round, the ciphertexts addressed to the party; the party replies with one
 array, :data:`MASKED_KEY`, its integer update plus the round's masks, modulo ``2^bits``.
 
+``check`` (every round)
+    server -> the parties whose masked update arrived: who is ``alive`` and who ``dropped``
+    out. Reply: ``signature``, this party's Ed25519 signature of :func:`survivors_statement`
+    (the epoch's key listing, the round and the alive list); a party signs once a round.
 ``unmask`` (every round)
-    server -> the parties whose masked update arrived: who is alive and who dropped out.
-    Reply: the shares it holds (its own and its neighbours') of each alive party's self-mask
-    seed of the round and of each dropped party's mask key of the round (never both for one
-    party; a party answers ``unmask`` once per round).
+    server -> the parties that signed: the same lists, and the ``signers`` and
+    ``signatures`` of :func:`check_quorum` parties on that very statement. Reply: the shares
+    it holds (its own and its neighbours') of each alive party's self-mask seed of the round
+    and of each dropped party's mask key of the round (never both for one party; a party
+    answers ``unmask`` once per round, and only for the list it signed).
 
 What the server learns: the public keys, the ciphertexts (it holds no key to open them), the
 masked vectors (uniform modulo ``2^bits`` to it) and, after ``unmask``, the sum over the
-alive parties and nothing else, as long as it follows the protocol, at most ``T`` parties
-collude with it and the graph is not bad (honest-but-curious server; Bonawitz et al. 2017,
-SecAgg, with the complete graph; Bell et al. 2020, SecAgg+, with the sparse one).
+alive parties and nothing else, as long as at most ``T`` parties collude with it, the graph
+is not bad, and it relays every party's keys as the party sent them (Bonawitz et al. 2017,
+SecAgg, with the complete graph and its consistency check; Bell et al. 2020, SecAgg+, with
+the sparse one). The ``check`` stage is what stops a server that shows different parties
+different survivor sets: two statements that each carry :func:`check_quorum` signatures share
+more than ``T`` signers when ``n > 3T`` (``n - 2T`` otherwise), so one honest party would have
+signed both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +59,7 @@ from flwr.app import MessageType
 MESSAGE_TYPE = f"{MessageType.QUERY}.secure_sum"
 ROUND_RECORD = "secure-sum"
 MASKED_KEY = "masked-sum"
-STAGES = ("keys", "shares", "unmask")
+STAGES = ("keys", "shares", "check", "unmask")
 #: The most rounds one key epoch may serve (a party keeps a key pair and a seed per round).
 MAX_EPOCH = 100
 
@@ -154,3 +166,31 @@ def mask_context(server_round: int, a: int, b: int) -> bytes:
 def self_context(server_round: int, node: int) -> bytes:
     """The HKDF info of ``node``'s self mask in ``server_round``."""
     return f"round {server_round} self {node}".encode()
+
+
+def check_quorum(parties: int, tolerance: int) -> int:
+    """The signatures a survivor set needs, of the ``n`` parties of the epoch's key listing.
+
+    ``q = min(n - T, floor((n + T) / 2) + 1)``: two sets that each carry ``q`` signatures share
+    at least ``2q - n`` signers, and an honest party signs one set a round, so they cannot both
+    stand unless ``2q - n`` parties collude: more than ``T`` when ``n > 3T`` (then ``q`` is the
+    second term), ``n - 2T`` (at least 1) otherwise, where ``q = n - T`` keeps the ``T``
+    dropouts the round is meant to survive. A round needs ``q`` live parties after masking.
+    """
+    return min(parties - tolerance, (parties + tolerance) // 2 + 1)
+
+
+def listing_digest(first_round: int, nodes: Sequence[int], c_pks: Sequence[bytes], s_pks: Sequence[bytes],
+                   sig_pks: Sequence[bytes]) -> bytes:
+    """SHA-256 of a key epoch's first round and of every party's id and three public keys, in the listing's order."""
+    digest = hashlib.sha256(b"flower-topics secure sum listing|" + str(first_round).encode())
+    for node, *keys in zip(nodes, c_pks, s_pks, sig_pks, strict=True):
+        for part in (str(node).encode(), *map(bytes, keys)):
+            digest.update(len(part).to_bytes(4, "big") + part)
+    return digest.digest()
+
+
+def survivors_statement(listing: bytes, server_round: int, alive: Sequence[int]) -> bytes:
+    """What a party signs in the ``check`` stage: the epoch's :func:`listing_digest`, the round and the alive set."""
+    return (b"flower-topics secure sum survivors|" + bytes(listing) + b"|" + str(server_round).encode() + b"|"
+            + ",".join(str(n) for n in sorted(set(alive))).encode())

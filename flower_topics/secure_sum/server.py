@@ -4,20 +4,24 @@
 (Flower query messages through the strategy's Grid) when the round starts a key epoch,
 derives the epoch's graph as the parties do (:mod:`~flower_topics.secure_sum.graph`),
 forwards each party the shares of its neighbours in the record its training message must
-carry, and, once the masked updates are in, runs ``unmask`` with the parties whose update
-arrived and removes the masks: the round's self masks of the alive parties (from ``t``
-shares of each seed) and the pairwise masks that the alive parties share with neighbours
-that dropped out after the share stage (from ``t`` shares of each dropped party's mask key
-of the round). Fewer than ``n - T`` survivors at any stage, or fewer than ``t`` live holders
-of a secret, stops the round with one logged line; the caller keeps its model. A reply whose
-stage or round is not the one asked (a replayed or reordered message) is refused with one
-logged line, as if that party had not answered.
+carry, and, once the masked updates are in, runs ``check`` with the parties whose update
+arrived (each signs the alive set; the server keeps the signatures that verify), then
+``unmask`` with the signers, handing each the signatures of a quorum
+(:func:`~flower_topics.secure_sum.protocol.check_quorum`, never more than the ``n - T``
+signers a round needs anyway), and removes the masks: the round's self masks of the alive
+parties (from ``t`` shares of each seed) and the pairwise masks that the alive parties share
+with neighbours that dropped out after the share stage (from ``t`` shares of each dropped
+party's mask key of the round). Fewer than ``n - T`` survivors at any stage, or fewer than
+``t`` live holders of a secret, stops the round with one logged line; the caller keeps its
+model. A reply whose stage or round is not the one asked (a replayed or reordered message)
+is refused with one logged line, as if that party had not answered.
 
 A :class:`KeyEpoch` is what one agreement serves: the participants, their public keys and
 the graph, for up to ``R`` rounds (:attr:`SecureSumSettings.epoch`). The next round
-continues it (no ``keys`` or ``shares`` stage: a training message and ``unmask``) only if it
-samples the same parties, is within the epoch, and the round just before, of the epoch, ended
-with every party answering every stage and none dropped; otherwise it starts a new epoch.
+continues it (no ``keys`` or ``shares`` stage: a training message, ``check`` and ``unmask``)
+only if it samples the same parties, is within the epoch, and the round just before, of the
+epoch, ended with every party answering every stage and none dropped; otherwise it starts a
+new epoch.
 """
 
 from __future__ import annotations
@@ -36,9 +40,12 @@ from flower_topics.secure_sum.graph import RoundGraph, round_graph
 from flower_topics.secure_sum.protocol import (
     MESSAGE_TYPE,
     SecureSumSettings,
+    check_quorum,
+    listing_digest,
     mask_context,
     pair_sign,
     self_context,
+    survivors_statement,
 )
 from flower_topics.wire.protocol import CONFIG, payload_bytes
 
@@ -61,6 +68,10 @@ class KeyEpoch:
         The parties sampled in its first round, sorted.
     public_keys : dict
         Each party's ``(c-pk, s-pk)``: ``s-pk`` is its ``R`` mask public keys, one after the other.
+    signing_keys : dict
+        Each party's Ed25519 public key (it signs the survivor sets of the epoch's rounds).
+    listing : bytes
+        The :func:`~flower_topics.secure_sum.protocol.listing_digest` of the epoch's key listing.
     graph : RoundGraph
         The graph of its first round.
     members : set of int
@@ -76,6 +87,8 @@ class KeyEpoch:
     rounds: int
     participants: tuple[int, ...]
     public_keys: dict[int, tuple[bytes, bytes]]
+    signing_keys: dict[int, bytes]
+    listing: bytes
     graph: RoundGraph
     members: set[int]
     last_round: int
@@ -181,15 +194,18 @@ class SecureRound:
         self._need("keys", keys)
         width = self.settings.epoch * crypto.PUBLIC_KEY_BYTES
         self.public_keys = {n: (bytes(r["c-pk"]), bytes(r["s-pk"])) for n, r in keys.items()
-                            if len(bytes(r["s-pk"])) == width}
+                            if len(bytes(r["s-pk"])) == width
+                            and len(bytes(r.get("sig-pk", b""))) == crypto.SIGNING_KEY_BYTES}
         for node in sorted(set(keys) - set(self.public_keys)):
-            log(WARNING, "round %d: secure sum 'keys': node %d: refused mask keys of %d bytes, not %d (%d rounds)",
-                self.server_round, node, len(bytes(keys[node]["s-pk"])), width, self.settings.epoch)
+            log(WARNING, "round %d: secure sum 'keys': node %d: refused keys of the wrong size (mask keys of %d bytes, "
+                "not %d for %d rounds, or no 32-byte signing key)", self.server_round, node,
+                len(bytes(keys[node]["s-pk"])), width, self.settings.epoch)
         self._need("keys", self.public_keys)
         order = sorted(self.public_keys)
         c_pks, s_pks = [self.public_keys[n][0] for n in order], [self.public_keys[n][1] for n in order]
+        sig_pks = [bytes(keys[n]["sig-pk"]) for n in order]
         self.graph = round_graph(self.server_round, len(self.nodes), self.settings.tolerance, order, c_pks, s_pks)
-        listing = {"nodes": [str(n) for n in order], "c-pk": c_pks, "s-pk": s_pks}
+        listing = {"nodes": [str(n) for n in order], "c-pk": c_pks, "s-pk": s_pks, "sig-pk": sig_pks}
         shares = self._exchange("shares", {n: listing for n in order})
         self._need("shares", shares)
         self.outbox = {n: {} for n in shares}
@@ -198,11 +214,27 @@ class SecureRound:
                 if int(dst) in self.outbox and int(dst) in self.graph.neighbours[src]:
                     self.outbox[int(dst)][src] = bytes(ciphertext)
         self.epoch = KeyEpoch(self.server_round, self.settings.epoch, tuple(sorted(self.nodes)), self.public_keys,
+                              dict(zip(order, sig_pks)),
+                              listing_digest(self.server_round, order, c_pks, s_pks, sig_pks),
                               self.graph, set(self.outbox), self.server_round)
         return {dst: ConfigRecord({"round": self.server_round, "epoch": self.server_round,
                                    "bits": self.settings.bits, "senders": [str(s) for s in inbox],
                                    "ciphertexts": list(inbox.values())})
                 for dst, inbox in self.outbox.items()}
+
+    def _check(self, request: dict, alive: list[int]) -> dict[int, bytes]:
+        """Stage ``check``: the alive parties' signatures of the alive set, those that verify, by node."""
+        epoch = self.epoch
+        statement = survivors_statement(epoch.listing, self.server_round, alive)
+        signed = {}
+        for node, reply in self._exchange("check", {n: request for n in alive}).items():
+            if crypto.verify(epoch.signing_keys[node], bytes(reply.get("signature", b"")), statement):
+                signed[node] = bytes(reply["signature"])
+            else:
+                log(WARNING, "round %d: secure sum 'check': node %d: refused a signature of the survivor set that "
+                    "does not verify", self.server_round, node)
+        self._need("check", signed)  # n - T signers: at least the quorum
+        return signed
 
     def unmask(self, masked: dict[int, np.ndarray]) -> np.ndarray:
         """The sum over the parties in ``masked`` (their masked updates, by node), as centered int64.
@@ -210,8 +242,9 @@ class SecureRound:
         Raises
         ------
         SecureRoundFailed
-            When fewer than ``n - T`` masked updates arrived or parties answered ``unmask``, or
-            fewer than ``t`` holders of a party's secret answered.
+            When fewer than ``n - T`` masked updates arrived, valid signatures of the alive set
+            came back in ``check`` or parties answered ``unmask``, or fewer than ``t`` holders of
+            a party's secret answered.
         """
         if self.graph is None or self.epoch is None:
             raise RuntimeError("SecureRound.unmask before setup")
@@ -220,7 +253,10 @@ class SecureRound:
         self._need("masked updates", alive)
         dropped = sorted(set(self.outbox) - set(alive))
         request = {"alive": [str(n) for n in alive], "dropped": [str(n) for n in dropped]}
-        answers = self._exchange("unmask", {n: request for n in alive})
+        signed = self._check(request, alive)
+        quorum = sorted(signed)[:check_quorum(len(epoch.public_keys), self.settings.tolerance)]
+        request |= {"signers": [str(n) for n in quorum], "signatures": [signed[n] for n in quorum]}
+        answers = self._exchange("unmask", {n: request for n in sorted(signed)})
         self._need("unmask", answers)
         every_party = not dropped and len(answers) == len(alive) == len(epoch.participants)
         shares: dict[int, list[tuple[int, int]]] = {n: [] for n in self.outbox}
