@@ -1,4 +1,4 @@
-"""The ``flower-topics`` command: ``simulate`` and ``evaluate``.
+"""The ``flower-topics`` command and its seven subcommands (:data:`DESCRIPTION`).
 
 Bad input ends with one line on stderr saying what is wrong and exit status 2,
 never a traceback.
@@ -21,6 +21,12 @@ from flower_topics.methods import METHODS
 from flower_topics.simulations.runner import ENGINES, MODES
 
 
+#: What ``flower-topics --help`` says the command is (plain text: argparse prints it as it is).
+DESCRIPTION = ("Federated topic modeling on Flower, and the tools around a run. Seven commands: simulate (train), "
+               "evaluate (score a model), vocabulary (a public vocabulary file), infer (documents' topics), "
+               "report (a run's HTML page), export (gensim, pyLDAvis), ledger (a party's privacy ledger).")
+
+
 class _Given(argparse.Action):
     """Stores the value and notes that the option was given (``--resume`` keeps the checkpoint's value otherwise)."""
 
@@ -30,7 +36,7 @@ class _Given(argparse.Action):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flower-topics", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="flower-topics", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser(

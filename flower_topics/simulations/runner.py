@@ -218,7 +218,9 @@ def _row(mode: str, name: str, shares: list[tuple[int, int]], out_dir: Path, wal
     row.update({c: last.get(c) for c in TABLE_COLUMNS if c in last and c not in row})
     privacy = last.get("privacy") or {}
     row.update(epsilon=privacy.get("epsilon"), delta=privacy.get("delta"), privacy_unit=privacy.get("unit"))
-    row["wall_time"] = round(wall, 2)
+    # the run's own time, as its console summary and report say it (from its first round); else the caller's
+    recorded = model.metadata.get("wall_time")
+    row["wall_time"] = round(float(recorded) if isinstance(recorded, (int, float)) else wall, 2)
     return row
 
 
