@@ -124,7 +124,7 @@ def test_a_failed_runs_hint_names_only_what_works_after_the_launcher_is_done(tmp
         path.write_text("the run's log\n", encoding="utf-8")
         return path
 
-    def stream(command, cwd, env, verbose, started):
+    def stream(command, cwd, env, verbose, started, errors=None):
         started.append(7)
         return 0
 

@@ -260,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
     except RunFailed as exc:
-        print(f"flower-topics: error: {exc}", file=sys.stderr)
+        if str(exc):  # else the command that ran it has said why
+            print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("flower-topics: interrupted", file=sys.stderr)

@@ -51,6 +51,7 @@ FLOWER_CHATTER = (
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
 _RUN_STARTED = re.compile(r"Successfully started run (\d+)")
+_ERROR_LINE = re.compile(r"flower-topics: error: (.+)")
 
 
 def run_config_items(command: Sequence[str]) -> list[str]:
@@ -87,7 +88,9 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
         :func:`~flower_topics.run.outputs.check_output_dir`), and its ``dataset`` is read and
         partitioned as the parties will read it
         (:func:`~flower_topics.data.node_data.check_dataset`, which fills the corpus cache the
-        parties then share), and a ``vocabulary`` file is read as the ServerApp will read it. Off
+        parties then share), a ``vocabulary`` file is read as the ServerApp will read it, and the
+        seed words and a ``dplda.public-corpus`` are checked against it or the corpus' words
+        (:func:`~flower_topics.federation.preflight.check_public_inputs`). Off
         for a deployment, where each party names its own file and the ServerApp's machine holds
         the output directory and the vocabulary file.
     num_partitions : int
@@ -108,7 +111,8 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     import click
     from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
-    from flower_topics.data.node_data import check_dataset
+    from flower_topics.data.node_data import check_dataset, simulated_share
+    from flower_topics.federation.preflight import check_public_inputs
     from flower_topics.federation.vocabulary_agreement import read_vocabulary_file
     from flower_topics.run.config import parse_run_config
     from flower_topics.run.outputs import check_output_dir
@@ -133,14 +137,16 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
         if str(config["vocabulary"]) not in MODES:
             read_vocabulary_file(str(config["vocabulary"]))
         check_dataset(config, num_partitions)
+        check_public_inputs(config, simulated_share(config, 0, max(1, num_partitions)).corpus.vocabulary)
     return config
 
 
 def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
-           started: list[int] | None = None) -> int:
+           started: list[int] | None = None, errors: list[str] | None = None) -> int:
     """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
 
-    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``.
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``, and the
+    message of each ``flower-topics: error: ...`` line it printed (the ServerApp's one line) to ``errors``.
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
@@ -150,6 +156,9 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
             submitted = _RUN_STARTED.search(_ANSI.sub("", line))
             if submitted and started is not None:
                 started.append(int(submitted.group(1)))
+            said = _ERROR_LINE.search(_ANSI.sub("", line))
+            if said and errors is not None:
+                errors.append(said.group(1).strip())
             if not verbose:
                 line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
                 if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
@@ -477,7 +486,8 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
     """
     before = None if fresh else latest_run(app_dir, home, connection)
     started: list[int] = []
-    code = stream(command, app_dir, flwr_env(home), verbose, started)
+    said: list[str] = []
+    code = stream(command, app_dir, flwr_env(home), verbose, started, errors=said)
     if code != 0:
         return code
     if started:
@@ -496,7 +506,11 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
                      "rerun with --verbose to see Flower's own lines too")
         else:  # an existing SuperLink, still up: Flower's own command reaches it
             where = f"also: flwr log {run_id} {connection} --show"
-        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why ({where})", file=sys.stderr)
+        state, _, details = status.partition(" - ")
+        if details and any(message in details for message in said):  # the ServerApp's line said it: not twice
+            print(f"flower-topics: run {run_id} FAILED ({state}): the error above ({where})", file=sys.stderr)
+        else:
+            print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why ({where})", file=sys.stderr)
         return 1
     if verbose or connection != CONNECTION:
         print(f"flower-topics: run {run_id} finished:completed", flush=True)

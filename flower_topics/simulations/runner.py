@@ -26,6 +26,7 @@ from typing import Any, Mapping
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import simulated_share
+from flower_topics.federation.preflight import check_public_inputs
 from flower_topics.errors import RunFailed, UserInputError
 from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import check_output_dir, read_metrics
@@ -94,12 +95,14 @@ def simulate(
     # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
     for directory in [out_dir / f"client-{i}" for i in range(num_clients)] if mode == "local" else [out_dir]:
         check_output_dir(directory, str(config["resume"]) or None)
+    # validates first (each share's size only, so that this process does not hold the corpus during the run),
+    # then what the ServerApp would refuse only after the vocabulary agreement
+    shares = _share_sizes(config, num_clients)
+    check_public_inputs(config, simulated_share(config, 0, num_clients).corpus.vocabulary)
     if mode == "federated" and engine == "flower":
-        rows = [_federated(config, num_clients, out_dir)]
+        rows = [_federated(config, num_clients, out_dir, shares)]
         write_results_table(out_dir, rows)
         return rows
-    # validates first; each share's size only, so that this process does not hold the corpus during the run
-    shares = _share_sizes(config, num_clients)
     if mode == "federated":
         rows = [_in_process(config, [{"partition-id": i, "num-partitions": num_clients} for i in range(num_clients)],
                             shares, out_dir, mode, "federated")]
@@ -153,13 +156,14 @@ def _share_sizes(config: Mapping[str, Any], num_clients: int) -> list[tuple[int,
     return [_training_size(simulated_share(config, i, num_clients).corpus) for i in range(num_clients)]
 
 
-def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[str, Any]:
+def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[tuple[int, int]]
+               ) -> dict[str, Any]:
     """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path).
 
-    Before Flower starts (and after :func:`simulate` checked the output directory), the shares are made (reading
-    the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`, which the parties then memory-map):
-    a corpus the parties could not read is one line here, not one error per party after the engine started; the
-    launcher then checks the run config's keys only. A run that fails keeps Flower's log of it in
+    Before Flower starts, :func:`simulate` has checked the output directory and made the shares (``shares``: their
+    training documents and tokens; reading the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`,
+    which the parties then memory-map): a corpus the parties could not read is one line there, not one error per
+    party after the engine started; the launcher then checks the run config's keys only. A run that fails keeps Flower's log of it in
     ``out_dir/flower-run.log``.
 
     Raises
@@ -173,7 +177,6 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[
 
     from flower_topics.simulations.local_superlink import with_superlink
 
-    shares = _share_sizes(config, num_clients)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
         app_dir = Path(tmp) / "app"
@@ -182,7 +185,9 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[
                               num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
                               flwr_home=Path(tmp) / "flwr-home", run_log=out_dir / RUN_LOG, data_checked=True)
     model_path = out_dir / "model.npz"
-    if code != 0 or not model_path.exists():
+    if code != 0:
+        raise RunFailed("")  # the launcher has said why (the run's own error line and its status), once
+    if not model_path.exists():
         raise RunFailed(f"the federated run wrote no model to {out_dir}")
     model = load_model(model_path)
     return _row("federated", "federated", shares, out_dir, time.time() - started, model)
