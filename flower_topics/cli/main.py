@@ -70,6 +70,11 @@ def _parser() -> argparse.ArgumentParser:
                           "--set eval-every may differ (federated and centralized modes)")
     sim.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="any run-config key, e.g. --set alpha=0.1 --set fedlda.epsilon=5 --set lda.local-sweeps=10")
+    sim.add_argument("--node-set", action="append", metavar="KEY=VALUE", default=[],
+                     help="a node-config key every party gets, e.g. --node-set privacy-ledger=runs/ledger-{partition}."
+                          "json --node-set lifetime-epsilon=8; {partition} becomes the party's partition id (a "
+                          "party's own file: privacy-ledger, theta-out, prevalence-out and state-dir need it). The "
+                          "flower engine then runs the parties as SuperNodes of a local deployment")
     sim.add_argument("--verbose", action="store_true",
                      help="also Flower's own log lines and every record (default: one line a round and a summary)")
 
@@ -147,7 +152,8 @@ def _simulate(args: argparse.Namespace) -> int:
             raise UserInputError(f"simulate needs {', '.join(missing)} (or --resume DIR to continue a run)")
         run_config = {**overrides, **{k: defaults()[k] if v is None else v for k, v in dedicated.items()}}
         out = args.out
-    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine)
+    rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine,
+                    node_config=parse_assignments(args.node_set))
     print((Path(out) / "results.md").read_text(encoding="utf-8"), end="")
     return 0 if rows else 1
 

@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -270,6 +270,31 @@ def supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_pat
         yield process.pid
 
 
+def wait_for_supernodes(app_dir: Path, flwr_home: Path, count: int, timeout: float = 120.0) -> None:
+    """Wait until ``count`` SuperNodes are online on the connection :data:`CONNECTION` (``flwr supernode list``).
+
+    Raises
+    ------
+    TimeoutError
+        When fewer are online after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    online = 0
+    while True:
+        out = subprocess.run([_bin("flwr"), "supernode", "list", CONNECTION, "--format", "json"], cwd=app_dir,
+                             env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
+        try:
+            online = sum(str(node.get("status")) == "online" for node in json.loads(out.stdout)["nodes"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            online = 0
+        if online >= count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{online} of {count} SuperNodes online after {timeout:.0f} s (their logs: "
+                               f"{flwr_home}/supernode-<i>.log)")
+        time.sleep(POLL_FIRST)
+
+
 def flwr_error(out: subprocess.CompletedProcess) -> str:
     """The error of a ``flwr ... --format json`` command, on one line (its ``error-message``, else its output)."""
     try:
@@ -346,7 +371,8 @@ def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
                    timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
-                   connection: str | None = None, run_log: Path | None = None, data_checked: bool = False) -> int:
+                   connection: str | None = None, run_log: Path | None = None, data_checked: bool = False,
+                   node_configs: Sequence[str] | None = None) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
     Before anything starts, the command's ``--run-config`` is checked
@@ -389,6 +415,11 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     data_checked : bool, default False
         The caller has already checked the output directory and read the corpus into its shares
         (``flower-topics simulate``): the run config's keys are still checked, the data not again.
+    node_configs : sequence of str, optional
+        Each party's ``--node-config`` (e.g. ``"partition-id=0 num-partitions=2 lifetime-epsilon=8"``): Flower's
+        simulation engine gives its parties no node config of their own, so the private SuperLink is then a
+        deployment one, with one SuperNode per entry (:func:`supernode`, logs ``FLWR_HOME/supernode-<i>.log``),
+        and ``num_supernodes`` is not used.
 
     Returns
     -------
@@ -399,7 +430,7 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     app_dir = Path(app_dir).resolve()
     try:
         check_run_config(command, app_dir, local_data=connection is None and not data_checked,
-                         num_partitions=federation_size(command, num_supernodes))
+                         num_partitions=len(node_configs) if node_configs else federation_size(command, num_supernodes))
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
@@ -418,9 +449,13 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
     log_path = home / "superlink.log"
     try:
-        with superlink(home, simulation=True, log_path=log_path) as port:
+        with superlink(home, simulation=not node_configs, log_path=log_path) as port, ExitStack() as nodes:
             write_connection(home, f"127.0.0.1:{port}")
-            run_command = with_num_supernodes(command, num_supernodes)
+            for i, node_config in enumerate(node_configs or ()):
+                nodes.enter_context(supernode(home, port, node_config, log_path=home / f"supernode-{i}.log"))
+            if node_configs:  # every party online before the run starts: it takes part from the first stage
+                wait_for_supernodes(app_dir, home, len(node_configs))
+            run_command = list(command) if node_configs else with_num_supernodes(command, num_supernodes)
             if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
                 set_num_supernodes(home, num_supernodes)
                 run_command = list(command)
