@@ -88,3 +88,13 @@ def test_the_flower_engine_runs_parties_with_node_config_as_supernodes(tmp_path,
     # TINY: 2 x 20 documents, 10% held out, dealt to the parties: each party wrote its own share's topics
     assert sum(len(r) for r in rows.values()) == 40 and all(rows.values())
     assert Path(tmp_path / "run" / "model.npz").is_file()
+
+
+def test_a_ledger_no_party_could_write_is_refused_once_before_anything_starts(tmp_path, capsys):
+    assert main(["simulate", "--method", "dplda", "--engine", "inprocess", "--clients", "2", "--topics", "4",
+                 "--rounds", "2", "--dataset", "synthetic", "--out", str(tmp_path / "run"), *TINY_SETS,
+                 *_sets(NEEDS["dplda"]), "--node-set", f"privacy-ledger={tmp_path}/missing/party-{{partition}}.json",
+                 "--node-set", "lifetime-epsilon=80"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"its folder {tmp_path}/missing does not exist" in err
+    assert not (tmp_path / "run").exists()

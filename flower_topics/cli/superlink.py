@@ -39,13 +39,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.node_set:
         from flower_topics.errors import UserInputError
         from flower_topics.run.config import parse_assignments
-        from flower_topics.simulations.node_configs import node_config_text, party_node_configs
+        from flower_topics.simulations.node_configs import check_party_files, node_config_text, party_node_configs
 
         if args.connection:
             parser.error("--node-set gives simulated parties their node config; on real hosts each SuperNode "
                          "sets its own (flower-supernode --node-config)")
         try:
             nodes = party_node_configs(parse_assignments(args.node_set), args.supernodes)
+            check_party_files(nodes)
         except UserInputError as exc:
             print(f"flower-topics: error: {exc}", file=sys.stderr)
             return 2

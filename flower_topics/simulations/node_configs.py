@@ -67,6 +67,25 @@ def party_node_configs(assignments: Mapping[str, str], num_parties: int) -> list
     return configs
 
 
+def check_party_files(nodes: list[dict[str, Any]]) -> None:
+    """Before a simulation starts: each party's ``privacy-ledger`` is one it can write and read, as the party checks
+    at its first message (:func:`~flower_topics.privacy.ledger.check_writable`), said once here instead of once
+    per party after the engine started.
+
+    Raises
+    ------
+    UserInputError
+        One line naming the ledger and what is wrong with it.
+    """
+    from pathlib import Path
+
+    from flower_topics.privacy.ledger import check_writable
+
+    for node in nodes:
+        if str(node.get("privacy-ledger", "")).strip():
+            check_writable(Path(str(node["privacy-ledger"])).expanduser())
+
+
 def node_config_text(node_config: Mapping[str, Any]) -> str:
     """``flower-supernode --node-config``'s text of a node config: ``key=value`` pairs, strings quoted (TOML)."""
     def literal(value: Any) -> str:
@@ -79,4 +98,4 @@ def node_config_text(node_config: Mapping[str, Any]) -> str:
     return " ".join(f"{key}={literal(value)}" for key, value in node_config.items())
 
 
-__all__ = ["PER_PARTY", "PLACEHOLDER", "node_config_text", "party_node_configs"]
+__all__ = ["PER_PARTY", "PLACEHOLDER", "check_party_files", "node_config_text", "party_node_configs"]

@@ -31,7 +31,7 @@ from flower_topics.errors import RunFailed, UserInputError
 from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import check_output_dir, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
-from flower_topics.simulations.node_configs import node_config_text, party_node_configs
+from flower_topics.simulations.node_configs import check_party_files, node_config_text, party_node_configs
 
 MODES = ("federated", "centralized", "local")
 #: Where ``simulate`` keeps Flower's log of a federated run that failed (in the output directory).
@@ -103,6 +103,7 @@ def simulate(
     for directory in [out_dir / f"client-{i}" for i in range(num_clients)] if mode == "local" else [out_dir]:
         check_output_dir(directory, str(config["resume"]) or None)
     nodes = party_node_configs(dict(node_config or {}), num_clients)
+    check_party_files(nodes)
     # validates first (each party's training size only, so that this process does not hold the corpus during the
     # run), then what the ServerApp would refuse only after the vocabulary agreement
     documents = [load_node_documents(node, config) for node in nodes]
