@@ -98,3 +98,12 @@ def test_a_ledger_no_party_could_write_is_refused_once_before_anything_starts(tm
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"its folder {tmp_path}/missing does not exist" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_flower_topics_superlink_checks_its_node_set_before_starting_anything(capsys):
+    from flower_topics.cli.superlink import main as superlink
+
+    assert superlink(["--supernodes", "2", "--node-set", "theta-out=theta.csv", "flwr", "run", "."]) == 2
+    assert "put {partition} in it" in capsys.readouterr().err
+    assert superlink(["--supernodes", "2", "--node-set", "dataset=notes.jsonl", "flwr", "run", "."]) == 2
+    assert "flower-topics simulate --node-set dataset=" in capsys.readouterr().err

@@ -45,7 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--node-set gives simulated parties their node config; on real hosts each SuperNode "
                          "sets its own (flower-supernode --node-config)")
         try:
-            nodes = party_node_configs(parse_assignments(args.node_set), args.supernodes)
+            assignments = parse_assignments(args.node_set)
+            if "dataset" in assignments:  # the pre-flight checks read the run config's dataset
+                raise UserInputError("--node-set dataset: here the parties share the run config's dataset; for a "
+                                     "file of each party's own use flower-topics simulate --node-set dataset=...")
+            nodes = party_node_configs(assignments, args.supernodes)
             check_party_files(nodes)
         except UserInputError as exc:
             print(f"flower-topics: error: {exc}", file=sys.stderr)
