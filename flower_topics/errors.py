@@ -24,6 +24,6 @@ class UserInputError(ValueError):
 class RunFailed(RuntimeError):
     """A run that did not complete, after the command that ran it has said why.
 
-    The message is one line (what is missing); the command-line entry points print it
-    without a traceback and exit 1.
+    The message is one line (what is missing), or empty when the command that ran the run has said everything;
+    the command-line entry points print it (if any) without a traceback and exit 1.
     """

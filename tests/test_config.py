@@ -34,6 +34,12 @@ def test_documented_options_table_is_the_registry():
     assert options_table() in (ROOT / "docs" / "run-config.md").read_text()
 
 
+def test_documented_node_config_table_is_the_registry():
+    from flower_topics.run.config import node_options_table
+
+    assert node_options_table() in (ROOT / "docs" / "run-config.md").read_text()
+
+
 def test_empty_config_gets_every_default():
     # flwr.simulation.run_simulation passes an empty run config
     assert parse_run_config({}) == defaults()

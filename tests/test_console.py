@@ -17,8 +17,32 @@ from flower_topics.errors import UserInputError
 
 def test_round_line_has_round_metrics_and_privacy():
     line = console.round_line({"round": 3, "perplexity": 41.68, "npmi": 0.1398, "replies_applied": 5,
-                               "replies_failed": 1, "bytes_sent": 9}, 30, "eps 2, delta 0 per document")
-    assert line == "round 3/30  perplexity 41.68  npmi 0.1398  replies 5 (1 failed) | privacy: eps 2, delta 0 per document"
+                               "replies_failed": 1, "bytes_sent": 9}, 30, "eps 2 per document")
+    assert line == "round 3/30  ppl 41.7  npmi 0.14  replies 5/6 | eps 2 per document"
+
+
+def test_a_round_line_with_every_metric_fits_160_characters_with_flowers_prefix():
+    from flower_topics.privacy.privacy_report import PrivacyReport
+
+    row = {"round": 1000, "perplexity": 12345.6, "npmi": -0.066261, "umass": -192.934, "diversity": 0.5133,
+           "tss_normalized": 0.44231, "nmi": 0.11962, "purity": 0.27613, "replies_applied": 997, "replies_failed": 3}
+    # the longest privacy words a round can have: a method's own epsilon on its unit
+    token = PrivacyReport(mechanism="gaussian", unit="token", accountant="a long accountant " * 9, rounds=1000,
+                          epsilon_round=0.123456, delta_round=1e-5, epsilon=1234.5678, delta=1e-5)
+    line = console.round_line(row, 1000, token.round_summary())
+    assert line == ("round 1000/1000  ppl 12346  npmi -0.0663  umass -193  div 0.513  tss 0.442  nmi 0.12  "
+                    "purity 0.276  replies 997/1000 | eps 1235 per token")
+    assert len("INFO :      " + line) < 160
+
+
+def test_long_summary_lines_are_wrapped_and_said_once():
+    note = "word " * 90
+    lines = console.summary_lines(method="dplda", topics=[["a"]], asked_topics=1, last={}, privacy="eps 2 " * 40,
+                                  directory="/runs/x", seconds=1.0, notes=[note])
+    assert all(len("INFO :      " + line) < 160 for line in lines)
+    notes = [line for line in lines if line.startswith("note: ") or line.startswith("    word")]
+    assert " ".join(line.strip() for line in notes) == "note: " + note.strip()
+    assert sum(line.startswith("privacy: ") for line in lines) == 1
 
 
 def test_summary_says_when_the_method_returned_another_number_of_topics():
@@ -100,7 +124,7 @@ def test_a_failed_runs_hint_names_only_what_works_after_the_launcher_is_done(tmp
         path.write_text("the run's log\n", encoding="utf-8")
         return path
 
-    def stream(command, cwd, env, verbose, started):
+    def stream(command, cwd, env, verbose, started, errors=None):
         started.append(7)
         return 0
 
@@ -186,3 +210,69 @@ def test_a_superlink_that_does_not_start_is_one_line_naming_its_log(tmp_path, mo
     kept = tmp_path / "out" / "flower-superlink.log"
     assert capsys.readouterr().err.strip().endswith(f"(the SuperLink's log: {kept})")
     assert kept.read_text(encoding="utf-8") == "address already in use\n"
+
+
+def test_help_lists_the_seven_commands_in_plain_text():
+    proc = subprocess.run([sys.executable, "-m", "flower_topics.cli.main", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0
+    description = " ".join(proc.stdout.split("positional arguments")[0].split())
+    for command in ("simulate", "evaluate", "vocabulary", "infer", "report", "export", "ledger"):
+        assert f"{command} (" in description
+    assert "Seven commands" in description and "`" not in proc.stdout
+
+
+def test_a_dplda_run_says_its_accountant_once_and_each_round_in_under_160_characters(tmp_path):
+    import csv
+
+    from flower_topics.cli.main import main
+    from flower_topics.privacy.accountants.pld import PLDAccountant
+    from flower_topics.topic_model.model_file import load_model
+    from tests.test_method_contract import NEEDS, TINY
+
+    said = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append("INFO :      " + record.getMessage())  # as Flower's console handler prints it
+
+    options = {k: v for k, v in {**TINY, **NEEDS["dplda"]}.items() if k not in ("num-topics", "num-rounds", "dataset")}
+    sets = [arg for key, value in options.items()
+            for arg in ("--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}")]
+    out = tmp_path / "run"
+    handler = Keep()
+    FLOWER_LOGGER.addHandler(handler)
+    try:
+        assert main(["simulate", "--method", "dplda", "--engine", "inprocess", "--clients", "2", "--topics", "4",
+                     "--rounds", "3", "--dataset", "synthetic", "--out", str(out), *sets]) == 0
+    finally:
+        FLOWER_LOGGER.removeHandler(handler)
+    rounds = [line for line in said if line.startswith("INFO :      round ") and "/3 " in line]
+    assert len(rounds) == 3 and all(len(line) < 160 for line in said if "outputs: " not in line), said
+    words = " ".join(" ".join(line.split()[2:]) for line in said)  # the lines' words, wrapped lines joined
+    assert words.count(PLDAccountant.description) == 1  # in the summary's privacy statement only
+    # the console's time is the model's, the report's and the results table's: one number
+    wall = load_model(out / "model.npz").metadata["wall_time"]
+    assert f"dplda finished in {wall:.1f} s;" in words
+    assert main(["report", str(out)]) == 0
+    assert f"3 rounds, {wall:.1f} s." in (out / "report.html").read_text(encoding="utf-8")
+    with open(out / "results.csv", encoding="utf-8", newline="") as fh:
+        assert float(next(csv.DictReader(fh))["wall_time"]) == round(wall, 2)
+
+
+def test_a_sentence_transformers_load_draws_no_progress_bar(capfd):
+    """transformers draws "Loading weights: 0%|..." through its own tqdm while it loads a model's weights (every
+    dplda run with init=embedding, ntm, pctd); the package's model loads silence it first."""
+    from transformers.utils import logging as transformers_logging
+
+    from flower_topics.models.word_similarity import quiet_model_loading
+
+    quiet_model_loading()
+    for _ in transformers_logging.tqdm(range(3), desc="Loading weights"):
+        pass
+    assert "Loading weights" not in capfd.readouterr().err
+    transformers_logging.enable_progress_bar()  # what this test's tqdm draws when the bars are on
+    for _ in transformers_logging.tqdm(range(3), desc="Loading weights"):
+        pass
+    assert "Loading weights" in capfd.readouterr().err
+    quiet_model_loading()

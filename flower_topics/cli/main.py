@@ -1,4 +1,4 @@
-"""The ``flower-topics`` command: ``simulate`` and ``evaluate``.
+"""The ``flower-topics`` command and its seven subcommands (:data:`DESCRIPTION`).
 
 Bad input ends with one line on stderr saying what is wrong and exit status 2,
 never a traceback.
@@ -21,6 +21,12 @@ from flower_topics.methods import METHODS
 from flower_topics.simulations.runner import ENGINES, MODES
 
 
+#: What ``flower-topics --help`` says the command is (plain text: argparse prints it as it is).
+DESCRIPTION = ("Federated topic modeling on Flower, and the tools around a run. Seven commands: simulate (train), "
+               "evaluate (score a model), vocabulary (a public vocabulary file), infer (documents' topics), "
+               "report (a run's HTML page), export (gensim, pyLDAvis), ledger (a party's privacy ledger).")
+
+
 class _Given(argparse.Action):
     """Stores the value and notes that the option was given (``--resume`` keeps the checkpoint's value otherwise)."""
 
@@ -30,7 +36,7 @@ class _Given(argparse.Action):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flower-topics", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="flower-topics", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser(
@@ -64,9 +70,11 @@ def _parser() -> argparse.ArgumentParser:
                           "--set eval-every may differ (federated and centralized modes)")
     sim.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                      help="any run-config key, e.g. --set alpha=0.1 --set fedlda.epsilon=5 --set lda.local-sweeps=10")
-    sim.add_argument("--node-config", action="append", metavar="KEY=VALUE", default=[],
-                     help="with --engine inprocess (or --mode centralized/local): a node-config key every simulated "
-                          "party sets for itself, e.g. --node-config require-document-guarantee=true")
+    sim.add_argument("--node-set", action="append", metavar="KEY=VALUE", default=[],
+                     help="a node-config key every party gets, e.g. --node-set privacy-ledger=runs/ledger-{partition}."
+                          "json --node-set lifetime-epsilon=8; {partition} becomes the party's partition id (a "
+                          "party's own file: privacy-ledger, theta-out, prevalence-out and state-dir need it). The "
+                          "flower engine then runs the parties as SuperNodes of a local deployment")
     sim.add_argument("--verbose", action="store_true",
                      help="also Flower's own log lines and every record (default: one line a round and a summary)")
 
@@ -145,7 +153,7 @@ def _simulate(args: argparse.Namespace) -> int:
         run_config = {**overrides, **{k: defaults()[k] if v is None else v for k, v in dedicated.items()}}
         out = args.out
     rows = simulate(run_config, mode=args.mode, num_clients=args.clients, out_dir=out, engine=args.engine,
-                    node_config=parse_assignments(args.node_config))
+                    node_config=parse_assignments(args.node_set))
     print((Path(out) / "results.md").read_text(encoding="utf-8"), end="")
     return 0 if rows else 1
 
@@ -258,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
     except RunFailed as exc:
-        print(f"flower-topics: error: {exc}", file=sys.stderr)
+        if str(exc):  # else the command that ran it has said why
+            print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("flower-topics: interrupted", file=sys.stderr)

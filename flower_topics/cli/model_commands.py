@@ -7,6 +7,10 @@ from typing import Any, Callable
 
 from flower_topics.errors import UserInputError
 
+#: What ``--corpus`` takes (the corpora training takes).
+CORPUS_HELP = ("a corpus path (OCTIS folder, .jsonl, .csv or .txt folder), 'embedded' (the corpus shipped with the "
+               "package) or 'synthetic' (the synthetic corpus of the model's run, regenerated from its run config)")
+
 
 def _reading(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-column", help="text field of a .jsonl/.csv corpus (default: the run's, else 'text')")
@@ -25,7 +29,7 @@ def add_commands(sub: Any) -> None:
         "id, top_topic, top_share, n_words (tokens the model knows), n_oov, topic_0..topic_K-1. A document with "
         "no word of the model's vocabulary keeps its row, with n_words 0 and empty topic cells.")
     infer.add_argument("--model", required=True, help="model.npz of a run (or any file with topic_word, vocabulary)")
-    infer.add_argument("--corpus", required=True, help="corpus path: OCTIS folder, .jsonl, .csv or .txt folder")
+    infer.add_argument("--corpus", required=True, help=CORPUS_HELP)
     infer.add_argument("--out", required=True, help="CSV file to write")
     _reading(infer)
 
@@ -36,7 +40,8 @@ def add_commands(sub: Any) -> None:
         "The page needs no network to be viewed.")
     report.add_argument("run", help="a run's output directory (or its model.npz)")
     report.add_argument("--out", help="HTML file to write (default RUN/report.html)")
-    report.add_argument("--corpus", help="documents you hold: topic sizes become their expected share of them")
+    report.add_argument("--corpus",
+                        help="documents you hold: topic sizes become their expected share of them; " + CORPUS_HELP)
     _reading(report)
 
     export = sub.add_parser(
@@ -48,7 +53,8 @@ def add_commands(sub: Any) -> None:
     export.add_argument("run", help="a run's output directory (or its model.npz)")
     export.add_argument("--format", required=True, choices=("gensim", "pyldavis"))
     export.add_argument("--out", required=True, help="folder to write into")
-    export.add_argument("--corpus", help="documents you hold, for document frequencies (gensim) or pyLDAvis' inputs")
+    export.add_argument("--corpus", help="documents you hold, for document frequencies (gensim) or pyLDAvis' inputs; "
+                        + CORPUS_HELP)
     _reading(export)
 
 
@@ -85,15 +91,10 @@ def _export(args: argparse.Namespace) -> int:
     from flower_topics.run.exports import export
     from flower_topics.topic_model.model_file import load_model
     from flower_topics.run.report_page import run_paths
-    from flower_topics.topic_model.document_topics import read_documents, reading_options
+    from flower_topics.topic_model.document_topics import model_documents
 
     model = load_model(run_paths(args.run)[1])
-    documents = None
-    if args.corpus:
-        options = reading_options(model, **_options(args))
-        documents = read_documents(args.corpus, model.vocabulary, text_column=str(options["text-column"]),
-                                   id_column=str(options["id-column"]), lowercase=bool(options["lowercase"]),
-                                   stopwords=str(options["stopwords"]))
+    documents = model_documents(model, args.corpus, model.vocabulary, **_options(args)) if args.corpus else None
     for path in export(model, args.format, args.out, documents):
         print(f"wrote {path}")
     return 0

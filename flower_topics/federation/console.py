@@ -21,6 +21,7 @@ information lines when verbose, so that both engines show them once.
 from __future__ import annotations
 
 import logging
+import textwrap
 from logging import ERROR, INFO, WARNING
 from typing import Any, Mapping, Sequence
 
@@ -33,6 +34,14 @@ SUMMARY_TOPICS = 20
 #: Metrics the round lines and the summary show, in this order, with their console names.
 METRICS = (("perplexity", "perplexity"), ("npmi", "npmi"), ("umass", "umass"), ("diversity", "diversity"),
            ("tss_normalized", "tss"), ("nmi", "nmi"), ("purity", "purity"))
+#: The round line's shorter names (three significant digits each), so that a round with every metric fits
+#: :data:`WIDTH`.
+ROUND_NAMES = {"perplexity": "ppl", "diversity": "div"}
+#: The most characters a console line has, Flower's ``INFO :      `` prefix included: round lines are made to
+#: fit, and the summary's longer lines (a method's note, the privacy statement) are wrapped.
+WIDTH = 159
+#: The width of Flower's prefix of a line on the console (``INFO :      ``).
+PREFIX = 12
 
 
 class _ConsoleFilter(logging.Filter):
@@ -100,22 +109,36 @@ def _number(value: float) -> str:
     return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.3g}"
 
 
-def metrics_text(row: Mapping[str, Any]) -> str:
-    """``perplexity 22.27  npmi 0.4277 ...`` of the metrics a row has."""
-    return "  ".join(f"{name} {_number(float(row[key]))}" for key, name in METRICS
-                     if isinstance(row.get(key), (int, float)))
+def metrics_text(row: Mapping[str, Any], *, short: bool = False) -> str:
+    """``perplexity 22.27  npmi 0.4277 ...`` of the metrics a row has; ``short``: the round line's names and three
+    significant digits (``ppl 22.3  npmi 0.428``)."""
+    def number(value: float) -> str:
+        if not short:
+            return _number(value)
+        return f"{value:.0f}" if 1e3 <= abs(value) < 1e5 else f"{value:.3g}"
+
+    return "  ".join(f"{ROUND_NAMES.get(key, name) if short else name} {number(float(row[key]))}"
+                     for key, name in METRICS if isinstance(row.get(key), (int, float)))
 
 
 def round_line(row: Mapping[str, Any], num_rounds: int, privacy: str) -> str:
-    """The line of one round: the round, its metrics (on evaluation rounds), what it moved, the privacy."""
+    """The line of one round: the round, its metrics (on evaluation rounds), the replies it applied of those it
+    got, and the privacy spent so far (a few words: :meth:`~flower_topics.privacy.privacy_report.PrivacyReport.round_summary`).
+    """
     parts = [f"round {int(row['round'])}/{num_rounds}"]
-    metrics = metrics_text(row)
+    metrics = metrics_text(row, short=True)
     if metrics:
         parts.append(metrics)
     applied, failed = row.get("replies_applied"), row.get("replies_failed")
     if isinstance(applied, (int, float)):
-        parts.append(f"replies {int(applied)}" + (f" ({int(failed)} failed)" if failed else ""))
-    return "  ".join(parts) + f" | privacy: {privacy}"
+        parts.append(f"replies {int(applied)}" + (f"/{int(applied) + int(failed)}" if failed else ""))
+    return "  ".join(parts) + f" | {privacy}"
+
+
+def wrapped(line: str) -> list[str]:
+    """``line`` cut at spaces into lines that fit :data:`WIDTH` with Flower's prefix, the later ones indented."""
+    return textwrap.wrap(line, width=WIDTH - PREFIX, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False) or [line]
 
 
 def summary_lines(*, method: str, topics: Sequence[Sequence[str]], asked_topics: int, last: Mapping[str, Any],
@@ -129,9 +152,10 @@ def summary_lines(*, method: str, topics: Sequence[Sequence[str]], asked_topics:
         lines.append(f"  ... {len(topics) - SUMMARY_TOPICS} more in topics.txt")
     if len(topics) != asked_topics:
         lines.append(f"note: {method} returned {len(topics)} topics, not the {asked_topics} asked (num-topics)")
-    lines.extend(f"note: {note}" for note in notes)
+    for note in notes:
+        lines.extend(wrapped(f"note: {note}"))
     metrics = metrics_text(last)
     lines.append(f"final: {metrics}" if metrics else "final: no evaluation (federated-eval=false)")
-    lines.append(f"privacy: {privacy}")
+    lines.extend(wrapped(f"privacy: {privacy}"))
     lines.append(f"outputs: {directory} (model.npz, topics.txt, metrics.jsonl, plots)")
     return lines

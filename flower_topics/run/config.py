@@ -24,7 +24,7 @@ from flower_topics.data.periods import PERIODS, period_grid
 from flower_topics.data.readers import DATE_COLUMN_HELP
 from flower_topics.data.synthetic import years_problem
 from flower_topics.errors import UserInputError
-from flower_topics.methods import METHODS, get_method
+from flower_topics.methods import METHODS, all_node_options, get_method
 from flower_topics.models.seed_words import SEED_WEIGHT
 from flower_topics.options import (
     ConfigValue, Option, at_least, coerce, in_range, one_of, positive, positive_finite, shown,
@@ -248,6 +248,13 @@ def parse_run_config(raw: Mapping[str, Any]) -> RunConfig:
     if isinstance(raw, RunConfig):
         return raw
     unknown = sorted((key for key in raw if key not in OPTIONS), key=str)
+    node_keys = [key for key in unknown if key in all_node_options()]
+    if node_keys:  # a party's own setting, which the server's run config cannot give
+        listed = ", ".join(_key_text(key) for key in node_keys)
+        raise UserInputError(f"{listed} {'is a node-config key' if len(node_keys) == 1 else 'are node-config keys'}"
+                             f" (each party sets its own; the run config cannot): on a SuperNode, flower-supernode "
+                             f"--node-config \"{node_keys[0]}=...\"; in flower-topics simulate, --node-set "
+                             f"{node_keys[0]}=...")
     if unknown:
         hints = [f"{_key_text(key)} (did you mean {' or '.join(_close_keys(key))}?)" if _close_keys(key)
                  else _key_text(key) for key in unknown[:10]] + ([f"and {len(unknown) - 10} more"] * (len(unknown) > 10))
@@ -333,5 +340,14 @@ def options_table() -> str:
     """The table of every option (Markdown; docs/run-config.md holds it), from the schema and the registry."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
     for key, opt in OPTIONS.items():
+        lines.append(f"| `{key}` | `{opt.default!r}` | {opt.help.replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def node_options_table() -> str:
+    """The table of every node-config key a party may set (Markdown; docs/run-config.md holds it), from the
+    registry (:func:`~flower_topics.methods.all_node_options`)."""
+    lines = ["| node-config key | default | meaning |", "|---|---|---|"]
+    for key, opt in all_node_options().items():
         lines.append(f"| `{key}` | `{opt.default!r}` | {opt.help.replace('|', '/')} |")
     return "\n".join(lines) + "\n"

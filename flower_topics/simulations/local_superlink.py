@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -51,6 +51,7 @@ FLOWER_CHATTER = (
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _INFO_PREFIX = re.compile(r"^INFO\s*: {6}")
 _RUN_STARTED = re.compile(r"Successfully started run (\d+)")
+_ERROR_LINE = re.compile(r"flower-topics: error: (.+)")
 
 
 def run_config_items(command: Sequence[str]) -> list[str]:
@@ -87,7 +88,9 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
         :func:`~flower_topics.run.outputs.check_output_dir`), and its ``dataset`` is read and
         partitioned as the parties will read it
         (:func:`~flower_topics.data.node_data.check_dataset`, which fills the corpus cache the
-        parties then share), and a ``vocabulary`` file is read as the ServerApp will read it. Off
+        parties then share), a ``vocabulary`` file is read as the ServerApp will read it, and the
+        seed words and a ``dplda.public-corpus`` are checked against it or the corpus' words
+        (:func:`~flower_topics.federation.preflight.check_public_inputs`). Off
         for a deployment, where each party names its own file and the ServerApp's machine holds
         the output directory and the vocabulary file.
     num_partitions : int
@@ -108,7 +111,8 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
     import click
     from flwr.common.config import flatten_dict, get_project_config, parse_config_args
 
-    from flower_topics.data.node_data import check_dataset
+    from flower_topics.data.node_data import check_dataset, simulated_share
+    from flower_topics.federation.preflight import check_public_inputs
     from flower_topics.federation.vocabulary_agreement import read_vocabulary_file
     from flower_topics.run.config import parse_run_config
     from flower_topics.run.outputs import check_output_dir
@@ -133,14 +137,16 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
         if str(config["vocabulary"]) not in MODES:
             read_vocabulary_file(str(config["vocabulary"]))
         check_dataset(config, num_partitions)
+        check_public_inputs(config, simulated_share(config, 0, max(1, num_partitions)).corpus.vocabulary)
     return config
 
 
 def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,
-           started: list[int] | None = None) -> int:
+           started: list[int] | None = None, errors: list[str] | None = None) -> int:
     """Run ``command``, printing its output line by line; unless ``verbose``, without Flower's chatter.
 
-    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``.
+    The id of each run it submitted (``Successfully started run <id>``) is appended to ``started``, and the
+    message of each ``flower-topics: error: ...`` line it printed (the ServerApp's one line) to ``errors``.
     """
     process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, bufsize=1)
@@ -150,6 +156,9 @@ def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool
             submitted = _RUN_STARTED.search(_ANSI.sub("", line))
             if submitted and started is not None:
                 started.append(int(submitted.group(1)))
+            said = _ERROR_LINE.search(_ANSI.sub("", line))
+            if said and errors is not None:
+                errors.append(said.group(1).strip())
             if not verbose:
                 line = _INFO_PREFIX.sub("", _ANSI.sub("", line))
                 if any(marker in line for marker in FLOWER_CHATTER) or not line.strip():
@@ -261,6 +270,31 @@ def supernode(flwr_home: Path, superlink_port: int, node_config: str, *, log_pat
         yield process.pid
 
 
+def wait_for_supernodes(app_dir: Path, flwr_home: Path, count: int, timeout: float = 120.0) -> None:
+    """Wait until ``count`` SuperNodes are online on the connection :data:`CONNECTION` (``flwr supernode list``).
+
+    Raises
+    ------
+    TimeoutError
+        When fewer are online after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    online = 0
+    while True:
+        out = subprocess.run([_bin("flwr"), "supernode", "list", CONNECTION, "--format", "json"], cwd=app_dir,
+                             env=flwr_env(flwr_home), capture_output=True, text=True, timeout=60)
+        try:
+            online = sum(str(node.get("status")) == "online" for node in json.loads(out.stdout)["nodes"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            online = 0
+        if online >= count:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{online} of {count} SuperNodes online after {timeout:.0f} s (their logs: "
+                               f"{flwr_home}/supernode-<i>.log)")
+        time.sleep(POLL_FIRST)
+
+
 def flwr_error(out: subprocess.CompletedProcess) -> str:
     """The error of a ``flwr ... --format json`` command, on one line (its ``error-message``, else its output)."""
     try:
@@ -337,7 +371,8 @@ def latest_run(app_dir: Path, flwr_home: Path, connection: str = CONNECTION) -> 
 
 def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: str | Path = ".",
                    timeout: float = 3600.0, verbose: bool = False, flwr_home: Path | None = None,
-                   connection: str | None = None, run_log: Path | None = None, data_checked: bool = False) -> int:
+                   connection: str | None = None, run_log: Path | None = None, data_checked: bool = False,
+                   node_configs: Sequence[str] | None = None) -> int:
     """Run ``command`` (e.g. ``flwr run . --stream``) and exit non-zero unless its run completed.
 
     Before anything starts, the command's ``--run-config`` is checked
@@ -380,6 +415,11 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     data_checked : bool, default False
         The caller has already checked the output directory and read the corpus into its shares
         (``flower-topics simulate``): the run config's keys are still checked, the data not again.
+    node_configs : sequence of str, optional
+        Each party's ``--node-config`` (e.g. ``"partition-id=0 num-partitions=2 lifetime-epsilon=8"``): Flower's
+        simulation engine gives its parties no node config of their own, so the private SuperLink is then a
+        deployment one, with one SuperNode per entry (:func:`supernode`, logs ``FLWR_HOME/supernode-<i>.log``),
+        and ``num_supernodes`` is not used.
 
     Returns
     -------
@@ -390,7 +430,7 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     app_dir = Path(app_dir).resolve()
     try:
         check_run_config(command, app_dir, local_data=connection is None and not data_checked,
-                         num_partitions=federation_size(command, num_supernodes))
+                         num_partitions=len(node_configs) if node_configs else federation_size(command, num_supernodes))
     except UserInputError as exc:
         print(f"flower-topics: error: {exc}", file=sys.stderr)
         return 2
@@ -409,9 +449,13 @@ def with_superlink(command: Sequence[str], *, num_supernodes: int = 5, app_dir: 
     home = Path(flwr_home or os.environ.get("FLWR_HOME") or app_dir / ".flwr-home").resolve()
     log_path = home / "superlink.log"
     try:
-        with superlink(home, simulation=True, log_path=log_path) as port:
+        with superlink(home, simulation=not node_configs, log_path=log_path) as port, ExitStack() as nodes:
             write_connection(home, f"127.0.0.1:{port}")
-            run_command = with_num_supernodes(command, num_supernodes)
+            for i, node_config in enumerate(node_configs or ()):
+                nodes.enter_context(supernode(home, port, node_config, log_path=home / f"supernode-{i}.log"))
+            if node_configs:  # every party online before the run starts: it takes part from the first stage
+                wait_for_supernodes(app_dir, home, len(node_configs))
+            run_command = list(command) if node_configs else with_num_supernodes(command, num_supernodes)
             if run_command is None:  # not a flwr run command: the SuperLink's own federation config says it
                 set_num_supernodes(home, num_supernodes)
                 run_command = list(command)
@@ -477,7 +521,8 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
     """
     before = None if fresh else latest_run(app_dir, home, connection)
     started: list[int] = []
-    code = stream(command, app_dir, flwr_env(home), verbose, started)
+    said: list[str] = []
+    code = stream(command, app_dir, flwr_env(home), verbose, started, errors=said)
     if code != 0:
         return code
     if started:
@@ -496,7 +541,11 @@ def _run_and_check(command: Sequence[str], app_dir: Path, home: Path, connection
                      "rerun with --verbose to see Flower's own lines too")
         else:  # an existing SuperLink, still up: Flower's own command reaches it
             where = f"also: flwr log {run_id} {connection} --show"
-        print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why ({where})", file=sys.stderr)
+        state, _, details = status.partition(" - ")
+        if details and any(message in details for message in said):  # the ServerApp's line said it: not twice
+            print(f"flower-topics: run {run_id} FAILED ({state}): the error above ({where})", file=sys.stderr)
+        else:
+            print(f"flower-topics: run {run_id} FAILED ({status}); the log above says why ({where})", file=sys.stderr)
         return 1
     if verbose or connection != CONNECTION:
         print(f"flower-topics: run {run_id} finished:completed", flush=True)

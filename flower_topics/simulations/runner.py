@@ -25,11 +25,13 @@ from typing import Any, Mapping
 
 from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
-from flower_topics.data.node_data import simulated_share
+from flower_topics.data.node_data import load_node_documents
+from flower_topics.federation.preflight import check_public_inputs
 from flower_topics.errors import RunFailed, UserInputError
 from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import check_output_dir, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
+from flower_topics.simulations.node_configs import check_party_files, node_config_text, party_node_configs
 
 MODES = ("federated", "centralized", "local")
 #: Where ``simulate`` keeps Flower's log of a federated run that failed (in the output directory).
@@ -68,9 +70,10 @@ def simulate(
         SuperNode's ClientApp in this process (see the module docstring). The other modes
         always run in this process.
     node_config : Mapping, optional
-        Node-config keys every simulated party sets for itself besides its partition (its policy:
-        ``require-document-guarantee``, ``accept-methods``, ``max-epsilon``, ...); not with Flower's
-        engine, which gives each node only its partition.
+        Node-config keys every party gets (``--node-set``; ``{partition}`` in a value becomes the party's
+        partition id: :func:`~flower_topics.simulations.node_configs.party_node_configs`). Flower's simulation
+        engine gives a party only its partition: with these, the ``flower`` engine runs the parties as
+        SuperNodes of a local deployment SuperLink instead (one process each, as on real hosts).
 
     Returns
     -------
@@ -94,51 +97,35 @@ def simulate(
                              "modes always run in this process")
     if num_clients < 1:
         raise UserInputError("--clients must be >= 1")
-    own = _node_config(node_config or {})
-    if own and engine == "flower" and mode == "federated":
-        raise UserInputError("--node-config needs --engine inprocess: Flower's simulation engine gives each node "
-                             "only its partition")
     out_dir = Path(out_dir).expanduser().resolve()
     config = parse_run_config({**run_config, "output-dir": str(out_dir)})
     # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
     for directory in [out_dir / f"client-{i}" for i in range(num_clients)] if mode == "local" else [out_dir]:
         check_output_dir(directory, str(config["resume"]) or None)
+    nodes = party_node_configs(dict(node_config or {}), num_clients)
+    check_party_files(nodes)
+    # validates first (each party's training size only, so that this process does not hold the corpus during the
+    # run), then what the ServerApp would refuse only after the vocabulary agreement
+    documents = [load_node_documents(node, config) for node in nodes]
+    shares = [_training_size(party.corpus) for party in documents]
+    check_public_inputs(config, sorted(set().union(*(party.corpus.vocabulary for party in documents))))
+    del documents
     if mode == "federated" and engine == "flower":
-        rows = [_federated(config, num_clients, out_dir)]
+        rows = [_federated(config, num_clients, out_dir, shares, nodes if node_config else None)]
         write_results_table(out_dir, rows)
         return rows
-    # validates first; each share's size only, so that this process does not hold the corpus during the run
-    shares = _share_sizes(config, num_clients)
     if mode == "federated":
-        rows = [_in_process(config, [{**own, "partition-id": i, "num-partitions": num_clients}
-                                     for i in range(num_clients)], shares, out_dir, mode, "federated")]
+        rows = [_in_process(config, nodes, shares, out_dir, mode, "federated")]
     elif mode == "centralized":
         pooled = {**config, "partition": "iid", "partition-sizes": "", "label-groups": ""}
-        rows = [_in_process(pooled, [{**own, "partition-id": 0, "num-partitions": 1}],
-                            [_training_size(simulated_share(pooled, 0, 1).corpus)], out_dir, mode, "centralized")]
+        (node,) = party_node_configs(dict(node_config or {}), 1)
+        rows = [_in_process(pooled, [node], [_training_size(load_node_documents(node, pooled).corpus)], out_dir,
+                            mode, "centralized")]
     else:
-        rows = [
-            _in_process(config, [{**own, "partition-id": i, "num-partitions": num_clients}], [share],
-                        out_dir / f"client-{i}", mode, f"client-{i}")
-            for i, share in enumerate(shares)
-        ]
+        rows = [_in_process(config, [node], [share], out_dir / f"client-{i}", mode, f"client-{i}")
+                for i, (node, share) in enumerate(zip(nodes, shares))]
     write_results_table(out_dir, rows)
     return rows
-
-
-def _node_config(node_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The simulated parties' own node-config keys, validated (one line for an unknown key or a bad value)."""
-    from flower_topics.methods import all_node_options
-    from flower_topics.options import coerce
-
-    table = all_node_options()
-    own = {}
-    for key, value in node_config.items():
-        if key not in table or key in ("partition-id", "num-partitions"):
-            raise UserInputError(f"--node-config {key!r} is not a key a simulated party sets for itself "
-                                 f"(keys: {', '.join(k for k in table if k not in ('partition-id', 'num-partitions'))})")
-        own[key] = coerce(key, value, table[key], source="node-config")
-    return own
 
 
 def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
@@ -172,18 +159,16 @@ def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
     return run_config_path
 
 
-def _share_sizes(config: Mapping[str, Any], num_clients: int) -> list[tuple[int, int]]:
-    """Each share's training documents and tokens (building the corpus cache when it is missing)."""
-    return [_training_size(simulated_share(config, i, num_clients).corpus) for i in range(num_clients)]
-
-
-def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[str, Any]:
+def _federated(config: dict[str, Any], num_clients: int, out_dir: Path, shares: list[tuple[int, int]],
+               nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The federation through ``flwr run`` on a private simulation SuperLink (Flower's supported path).
 
-    Before Flower starts (and after :func:`simulate` checked the output directory), the shares are made (reading
-    the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`, which the parties then memory-map):
-    a corpus the parties could not read is one line here, not one error per party after the engine started; the
-    launcher then checks the run config's keys only. A run that fails keeps Flower's log of it in
+    Before Flower starts, :func:`simulate` has checked the output directory and made the shares (``shares``: their
+    training documents and tokens; reading the corpus into the corpus cache, :mod:`~flower_topics.data.corpus_cache`,
+    which the parties then memory-map): a corpus the parties could not read is one line there, not one error per
+    party after the engine started; the launcher then checks the run config's keys only. With ``nodes`` (each
+    party's node config) the parties are SuperNodes of a local deployment SuperLink, each with its node config
+    (Flower's simulation engine gives a party none but its partition). A run that fails keeps Flower's log of it in
     ``out_dir/flower-run.log``.
 
     Raises
@@ -197,16 +182,18 @@ def _federated(config: dict[str, Any], num_clients: int, out_dir: Path) -> dict[
 
     from flower_topics.simulations.local_superlink import with_superlink
 
-    shares = _share_sizes(config, num_clients)
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="flower-topics-app-") as tmp:
         app_dir = Path(tmp) / "app"
         run_config = write_app(app_dir, config)
         code = with_superlink(["flwr", "run", ".", "--stream", "--run-config", str(run_config)],
                               num_supernodes=num_clients, app_dir=app_dir, verbose=bool(config.get("verbose")),
-                              flwr_home=Path(tmp) / "flwr-home", run_log=out_dir / RUN_LOG, data_checked=True)
+                              flwr_home=Path(tmp) / "flwr-home", run_log=out_dir / RUN_LOG, data_checked=True,
+                              node_configs=None if nodes is None else [node_config_text(node) for node in nodes])
     model_path = out_dir / "model.npz"
-    if code != 0 or not model_path.exists():
+    if code != 0:
+        raise RunFailed("")  # the launcher has said why (the run's own error line and its status), once
+    if not model_path.exists():
         raise RunFailed(f"the federated run wrote no model to {out_dir}")
     model = load_model(model_path)
     return _row("federated", "federated", shares, out_dir, time.time() - started, model)
@@ -242,7 +229,9 @@ def _row(mode: str, name: str, shares: list[tuple[int, int]], out_dir: Path, wal
     row.update({c: last.get(c) for c in TABLE_COLUMNS if c in last and c not in row})
     privacy = last.get("privacy") or {}
     row.update(epsilon=privacy.get("epsilon"), delta=privacy.get("delta"), privacy_unit=privacy.get("unit"))
-    row["wall_time"] = round(wall, 2)
+    # the run's own time, as its console summary and report say it (from its first round); else the caller's
+    recorded = model.metadata.get("wall_time")
+    row["wall_time"] = round(float(recorded) if isinstance(recorded, (int, float)) else wall, 2)
     return row
 
 

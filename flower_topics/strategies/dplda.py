@@ -116,6 +116,27 @@ def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
     return Corpus(tokens=aligned.tokens, doc_ptr=doc_ptr, vocabulary=aligned.vocabulary)
 
 
+def check_public_size(public: Corpus, n_topics: int, *, source: str = "dplda.public-corpus",
+                      vocabulary_size: int | None = None, over: str = "the agreed vocabulary") -> None:
+    """Refuse a public corpus (over the vocabulary ``over`` names) too small to start ``n_topics`` topics from.
+
+    Raises
+    ------
+    UserInputError
+        When it has no token, fewer than ``n_topics`` documents or fewer than :data:`PUBLIC_TOKENS_PER_TOPIC`
+        x ``n_topics`` tokens (one line).
+    """
+    if public.n_tokens == 0:
+        size = "" if vocabulary_size is None else f" ({vocabulary_size} words)"
+        raise UserInputError(f"{source} shares no word with {over}{size}; pass public text of the same domain and "
+                             "language, or '' for none")
+    least = PUBLIC_TOKENS_PER_TOPIC * n_topics
+    if public.n_docs < n_topics or public.n_tokens < least:
+        raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
+                             f"{public.n_tokens} tokens over {over}; it needs at least {n_topics} documents and "
+                             f"{least} tokens")
+
+
 def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
                  source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS,
                  mass: float | None = svi.START_MASS, clip: float = 2.0, e_step_iterations: int = 50,
@@ -169,14 +190,7 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
         documents or fewer than :data:`PUBLIC_TOKENS_PER_TOPIC` x ``K`` tokens (one line).
     """
     public = over_vocabulary(corpus, vocabulary)
-    if public.n_tokens == 0:
-        raise UserInputError(f"{source} shares no word with the agreed vocabulary ({len(vocabulary)} words); pass "
-                             "public text of the same domain and language, or '' for none")
-    least = PUBLIC_TOKENS_PER_TOPIC * n_topics
-    if public.n_docs < n_topics or public.n_tokens < least:
-        raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
-                             f"{public.n_tokens} tokens over the agreed vocabulary; it needs at least {n_topics} "
-                             f"documents and {least} tokens")
+    check_public_size(public, n_topics, source=source, vocabulary_size=len(vocabulary))
     topic_word = fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed, seeds=seeds)
     if mass is not None:
         start = svi.distribution_lambda(topic_word, mass=mass)

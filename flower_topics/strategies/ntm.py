@@ -83,11 +83,13 @@ def embedding_size(model: str) -> int:
     import os
 
     from flower_topics.models.embeddings import resolve_model
+    from flower_topics.models.word_similarity import quiet_model_loading
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     from sentence_transformers import SentenceTransformer
 
+    quiet_model_loading()
     encoder = SentenceTransformer(resolve_model(model or None), device="cpu", local_files_only=True)
     dimension = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
     return int(dimension())

@@ -308,6 +308,51 @@ def read_documents(path: str | os.PathLike[str], vocabulary: Sequence[str], *, t
                           None if dates is None else np.asarray(dates, dtype=object))
 
 
+#: ``--corpus`` names of the corpora a run trains on without a file of its own: the embedded corpus, and the
+#: synthetic corpus regenerated from the model's run config.
+CORPUS_NAMES = ("embedded", "synthetic")
+
+
+def model_documents(model: HasRunConfig, source: str | os.PathLike[str], vocabulary: Sequence[str],
+                    **reading: Any) -> DocumentCounts:
+    """The documents ``source`` names, counted over ``vocabulary`` (the model's), read as the model's run read them.
+
+    Parameters
+    ----------
+    model : HasRunConfig
+        The trained model (its ``metadata["run_config"]`` gives the reading options).
+    source : str or path-like
+        A corpus path (:func:`read_documents`), ``"embedded"`` (the corpus shipped with the package) or
+        ``"synthetic"`` (the synthetic corpus of the model's run, regenerated from its run config: every
+        document, ids their 0-based index).
+    vocabulary : sequence of str
+        The model's vocabulary, in column order.
+    **reading
+        Overrides of the run's reading options (``text_column``, ``id_column``, ``lowercase``, ``stopwords``;
+        None keeps the run's).
+
+    Raises
+    ------
+    UserInputError
+        For a corpus that cannot be read, or ``"synthetic"`` for a model not trained on the synthetic corpus.
+    """
+    from flower_topics.data.embedded import EMBEDDED, resolve_dataset
+
+    if str(source) == "synthetic":
+        from flower_topics.data.prepare import load_run_data
+
+        trained = model.metadata.get("run_config", {}) if isinstance(model.metadata, Mapping) else {}
+        if trained.get("dataset") != "synthetic":
+            raise UserInputError("--corpus synthetic regenerates the synthetic corpus of the model's run, but this "
+                                 f"model was trained on {str(trained.get('dataset') or 'an unknown corpus')!r}; "
+                                 "pass that corpus")
+        return count_corpus(load_run_data(trained).corpus, vocabulary)
+    options = reading_options(model, **reading)
+    return read_documents(resolve_dataset(str(source)) if str(source) == EMBEDDED else source, vocabulary,
+                          text_column=str(options["text-column"]), id_column=str(options.get("id-column", "id")),
+                          lowercase=bool(options["lowercase"]), stopwords=str(options["stopwords"]))
+
+
 def document_topics(topic_word: np.ndarray, documents: DocumentCounts, *, alpha: float = 0.01,
                     n_iter: int = 100) -> DocumentTopics:
     """Fold in each document's theta against ``topic_word`` (the evaluation's EM, :func:`fold_in`).

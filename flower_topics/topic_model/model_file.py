@@ -107,17 +107,16 @@ class TopicModel:
         return self.document_topics(texts).theta
 
     def read_documents(self, path: str | os.PathLike[str], **reading: Any) -> "DocumentTopics":
-        """The topic mixtures of every document of a corpus file, read as the run read its parties' files.
+        """The topic mixtures of every document of a corpus, read as the run read its parties' files.
 
-        ``reading`` overrides the run's options: ``text_column``, ``id_column``, ``lowercase``,
-        ``stopwords`` (see :func:`flower_topics.topic_model.document_topics.read_documents`).
+        ``path``: a corpus file or folder, ``"embedded"`` or ``"synthetic"`` (the synthetic corpus of this
+        model's run), see :func:`flower_topics.topic_model.document_topics.model_documents`. ``reading``
+        overrides the run's options: ``text_column``, ``id_column``, ``lowercase``, ``stopwords`` (see
+        :func:`flower_topics.topic_model.document_topics.read_documents`).
         """
-        from flower_topics.topic_model.document_topics import document_topics, fold_in_options, read_documents, reading_options
+        from flower_topics.topic_model.document_topics import document_topics, fold_in_options, model_documents
 
-        options = reading_options(self, **reading)
-        documents = read_documents(path, self.vocabulary, text_column=str(options["text-column"]),
-                                   id_column=str(options.get("id-column", "id")),
-                                   lowercase=bool(options["lowercase"]), stopwords=str(options["stopwords"]))
+        documents = model_documents(self, path, self.vocabulary, **reading)
         alpha, n_iter = fold_in_options(self)
         return document_topics(self.topic_word, documents, alpha=alpha, n_iter=n_iter)
 
