@@ -122,7 +122,7 @@ def test_union_sends_no_word_of_fewer_than_min_party_df_of_the_partys_documents(
     assert "jones" not in raised and raised["brown"] == 3 and min(raised.values()) >= 3
     assert set(raised) < set(sent)
     assert BASE["min-df"] == 1  # the server's own filter lets every word through: the party's floor held
-    with pytest.raises(UserInputError, match="unknown run-config key"):
+    with pytest.raises(UserInputError, match="min-party-df is a node-config key"):
         _candidates_sent(tmp_path, {}, {"min-party-df": 1})  # not a run-config key: the server cannot set it
     everything, _ = _candidates_sent(tmp_path, {"min-party-df": 1})  # the party's own choice only
     assert everything["smith"] == 1
