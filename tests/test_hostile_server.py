@@ -267,6 +267,59 @@ def test_fake_participants_do_not_lower_a_partys_noise_share(tmp_path, parties, 
     assert shares == [pytest.approx(share_of(tolerance), rel=1e-12)]
 
 
+def _keys_tolerance(tolerance: int) -> Rewrite:
+    """The secure sum's ``keys`` stage announcing ``tolerance``."""
+    def change(msg: Message) -> Message:
+        return _with_config(tolerance=tolerance)(msg) if str(msg.content[CONFIG]["stage"]) == "keys" else msg
+    return change
+
+
+# the collusion bound under secure aggregation: a party's own, never the server's
+@pytest.mark.parametrize("rewrite, run_tolerance, own", [
+    ({"query.secure_sum": _keys_tolerance(0)}, 1, {}),  # the keys stage rewritten; own T = the simulation's 1
+    (None, 0, {"secure-tolerance": 1})])  # a run config of T = 0 against a party's own node config of 1
+def test_a_keys_stage_below_the_partys_own_tolerance_is_refused_and_releases_nothing(tmp_path, parties, monkeypatch,
+                                                                                    rewrite, run_tolerance, own):
+    from flower_topics.clients import dplda as client
+
+    nodes, words = parties
+    config = _dplda(tmp_path, words, **{"secure-aggregation": True, "secure-aggregation-tolerance": run_tolerance,
+                                        "num-rounds": 1})
+    shares: list[float] = []
+    real = client.secure_release
+    monkeypatch.setattr(client, "secure_release", lambda *a: shares.append(a[-1]) or real(*a))
+    grid = _grid(nodes, config, rewrite, **own)
+    _run(grid, config)
+    keys = [(msg, reply) for msg, reply in grid.log
+            if msg.metadata.message_type == "query.secure_sum" and str(msg.content[CONFIG]["stage"]) == "keys"]
+    assert len(keys) == 3
+    for msg, reply in keys:
+        assert int(msg.content[CONFIG]["tolerance"]) == 0
+        _refused(reply, "tolerance 0", "secure-tolerance")
+    assert shares == [] and not any(reply.has_content() for reply in grid.replies("train.dplda"))
+
+
+def test_a_partys_noise_share_is_one_over_n_minus_the_tolerance_it_accepted(tmp_path, parties, monkeypatch):
+    """3 parties, each run's T announced by the server: 1 / (3 - T) of the noise, and T = 0 (a third each: one
+    colluding party leaves less than the target's noise) only from a party whose own bound is 0."""
+    from flower_topics.clients import dplda as client
+
+    nodes, words = parties
+    shares: list[float] = []
+    real = client.secure_release
+    monkeypatch.setattr(client, "secure_release", lambda *a: shares.append(a[-1]) or real(*a))
+    found = {}
+    for own in (0, 1):
+        for tolerance in (0, 1):
+            config = _dplda(tmp_path, words, **{"secure-aggregation": True, "secure-aggregation-tolerance": tolerance,
+                                                "num-rounds": 1, "output-dir": str(tmp_path / f"run-{own}-{tolerance}")})
+            shares.clear()
+            _run(_grid(nodes, config, **{"secure-tolerance": own}), config)
+            found[own, tolerance] = list(shares)
+    assert found == {(0, 0): [pytest.approx(1 / 3, rel=1e-12)] * 3, (0, 1): [pytest.approx(1 / 2, rel=1e-12)] * 3,
+                     (1, 0): [], (1, 1): [pytest.approx(1 / 2, rel=1e-12)] * 3}
+
+
 # row 7: a mid-run change of noise, quantum or plain and secure; a quantum below 1
 def test_a_quantum_below_one_is_refused(tmp_path, parties):
     nodes, words = parties

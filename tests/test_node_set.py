@@ -107,3 +107,33 @@ def test_flower_topics_superlink_checks_its_node_set_before_starting_anything(ca
     assert "put {partition} in it" in capsys.readouterr().err
     assert superlink(["--supernodes", "2", "--node-set", "dataset=notes.jsonl", "flwr", "run", "."]) == 2
     assert "flower-topics simulate --node-set dataset=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("run, sets, told", [({"secure-aggregation": True, "secure-aggregation-tolerance": 0}, {}, 0),
+                                             ({"secure-aggregation": True}, {}, None),
+                                             ({"secure-aggregation": True}, {"secure-tolerance": "0"}, 0)])
+def test_a_simulation_tells_each_party_the_runs_tolerance(tmp_path, monkeypatch, run, sets, told):
+    """Each simulated party's own secure-tolerance is the run's (or its --node-set); on the flower engine a secure run
+    whose T is not the node option's default therefore runs its parties as SuperNodes, which have node config."""
+    from flower_topics.simulations import runner
+
+    seen = []
+
+    def federated(config, num_clients, out_dir, shares, nodes=None):
+        seen.append(nodes)
+        raise UserInputError("stopped before Flower")
+
+    monkeypatch.setattr(runner, "_federated", federated)
+    with pytest.raises(UserInputError, match="stopped before Flower"):
+        runner.simulate({**TINY, "method": "lda", **run}, mode="federated", num_clients=2, out_dir=tmp_path / "out",
+                        engine="flower", node_config=sets)
+    (nodes,) = seen
+    assert (None if nodes is None else [node["secure-tolerance"] for node in nodes]) == \
+        (None if told is None else [told, told])
+
+
+def test_a_partys_own_secure_tolerance_outranks_the_runs():
+    assert [n["secure-tolerance"] for n in party_node_configs({}, 2, {"secure-aggregation-tolerance": 2})] == [2, 2]
+    assert party_node_configs({"secure-tolerance": "3"}, 1, {"secure-aggregation-tolerance": 2})[0][
+        "secure-tolerance"] == 3
+    assert "secure-tolerance" not in party_node_configs({}, 1)[0]  # no run config: the party's default applies

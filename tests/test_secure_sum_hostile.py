@@ -224,3 +224,35 @@ def test_through_the_client_app_a_party_shown_another_dropout_list_refuses_and_t
     assert "refused 'unmask' in round 1: it carries 1 signatures of the survivor set, this party needs 4" in reason
     assert "\n" not in reason
     np.testing.assert_array_equal(secure, plain)
+
+
+@pytest.mark.parametrize("own, signers, refused", [(1, 5, True), (1, 6, False), (4, 5, False)])
+def test_a_partys_quorum_is_never_below_the_one_of_its_own_tolerance(monkeypatch, own, signers, refused):
+    """9 parties, a server announcing T = 4 (quorum min(9 - 4, 13 // 2 + 1) = 5): a party whose own bound is 1 still
+    asks the quorum of T = 1 (min(8, 10 // 2 + 1) = 6 signatures) before it reveals any share; at own bound 4, 5."""
+    answer = secure_party.answer
+    monkeypatch.setattr(secure_party, "answer", lambda state, node, request: answer(state, node, request, own))
+    nodes = list(range(1, 10))
+    settings = SecureSumSettings(bits=32, tolerance=4)
+    grid = FakeGrid(nodes)
+    secure = SecureRound(grid, nodes, settings, server_round=ROUND, timeout=5)
+    records = secure.setup()
+    for node, record in records.items():
+        secure_party.mask_update(grid.states[node], node, record, np.arange(4))
+    alive = {"round": ROUND, "alive": [str(n) for n in nodes], "dropped": []}
+
+    def request(stage: str, **extra) -> Message:
+        return Message(content=RecordDict({CONFIG: ConfigRecord({"stage": stage, **alive, **extra})}),
+                       message_type=MESSAGE_TYPE, dst_node_id=nodes[0])
+
+    (checked,) = grid.send_and_receive([request("check")])
+    signatures = {nodes[0]: bytes(checked.content[CONFIG]["signature"])}
+    for node in nodes[1:]:
+        signatures[node] = bytes(secure_party.check_survivors(grid.states[node], node, {"stage": "check", **alive})
+                                 ["signature"])
+    chosen = nodes[:signers]
+    (reply,) = grid.send_and_receive([request("unmask", signers=[str(n) for n in chosen],
+                                              signatures=[signatures[n] for n in chosen])])
+    assert reply.has_error() == refused
+    if refused:
+        assert "this party needs 6" in reply.error.reason and "\n" not in reply.error.reason

@@ -285,7 +285,8 @@ def secure_sum_stage(msg: Message, context: Context, config: Mapping[str, Any]) 
     """A stage of the secure sum (:mod:`flower_topics.secure_sum.party`): keys, shares or unmask."""
     from flower_topics.secure_sum import party as secure_party
 
-    answer = secure_party.answer(context.state, context.node_id, msg.content[CONFIG])
+    policy = party_side.party_policy(context.node_config)
+    answer = secure_party.answer(context.state, context.node_id, msg.content[CONFIG], policy.tolerance)
     return Message(content=RecordDict({CONFIG: ConfigRecord(answer)}), reply_to=msg)
 
 
@@ -336,7 +337,7 @@ def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any]
 
     request, record = msg.content[CONFIG], msg.content[secure_sum.ROUND_RECORD]
     policy = party_side.party_policy(context.node_config)
-    facts = secure_party.round_facts(context.state, int(record["round"]), policy.federation_size)
+    facts = secure_party.round_facts(context.state, int(record["round"]), policy.federation_size, policy.tolerance)
     epsilon, delta, max_words = float(request["epsilon"]), float(request["delta"]), int(request["max-words"])
     variance = facts.noise_share * secure_vocabulary.noise_variance(epsilon, delta, max_words)
     largest = documents.corpus.n_docs + 40 * variance ** 0.5 + 100

@@ -111,6 +111,7 @@ def party_policy(node_config: Mapping[str, Any], spec: MethodSpec | None = None)
     return PartyPolicy(accept_methods=methods, document_guarantee=bool(own.get("require-document-guarantee", False)),
                        max_epsilon=float(options.get("max-epsilon", 0.0)),
                        ledger=bool(str(node_config.get("privacy-ledger", "")).strip()), federation_size=size,
+                       tolerance=int(own.get("secure-tolerance", POLICY_OPTIONS["secure-tolerance"].default)),
                        options=MappingProxyType(options))
 
 
@@ -165,7 +166,8 @@ def party_facts(spec: MethodSpec | None, msg: Message, context: Context) -> Part
     if secure is not None:
         from flower_topics.secure_sum import party as secure_party
 
-        facts = secure_party.round_facts(context.state, int(secure["round"]), policy.federation_size)
+        facts = secure_party.round_facts(context.state, int(secure["round"]), policy.federation_size,
+                                         policy.tolerance)
     return PartyFacts(policy, party_account(context.state), facts)
 
 

@@ -5,8 +5,8 @@ party owns and handed to each local step beside the request, never merged into i
 
 - :class:`PartyPolicy`, from the node config only: the methods it accepts, whether it requires
   a document-level guarantee of every release, its own epsilon cap, whether it keeps a lifetime
-  ledger, and the federation size it was told out of band (its share of the noise under secure
-  aggregation), plus its method's own node options;
+  ledger, the federation size it was told out of band and the least secure-sum tolerance it accepts
+  (its share of the noise under secure aggregation), plus its method's own node options;
 - :class:`PartyAccount`, from ``context.state`` only: every release this party made in the run,
   each with its mechanism and every parameter;
 - :class:`SecureFacts`, from the party's own secure-sum state: its share of the noise and the
@@ -37,6 +37,10 @@ POLICY_OPTIONS: Mapping[str, Option] = {
                               "out of band; its share of the noise assumes no more parties than this, whatever "
                               "participant list the server sends (0 = num-partitions in a simulation, else the "
                               "full noise)", at_least(0)),
+    "secure-tolerance": Option(1, "secure aggregation: the least tolerance T (parties that may collude with the "
+                               "server or drop out) this party accepts; a key stage with a lower T is refused, and "
+                               "its share of the noise is 1 / (n - T) for the T it accepted (a simulation sets it to "
+                               "the run's secure-aggregation-tolerance)", at_least(0)),
 }
 
 #: The release kinds of a party's account.
@@ -59,6 +63,9 @@ class PartyPolicy:
         It keeps a lifetime privacy ledger (``privacy-ledger``).
     federation_size : int
         The federation size it was told out of band (0: unknown, the full noise under secure aggregation).
+    tolerance : int
+        The least secure-sum tolerance ``T`` it accepts (``secure-tolerance``): parties that may collude with the
+        server or drop out of a round.
     options : Mapping
         Its method's own node options and its ``partition-id`` (simulation), validated.
     """
@@ -68,6 +75,7 @@ class PartyPolicy:
     max_epsilon: float = 0.0
     ledger: bool = False
     federation_size: int = 0
+    tolerance: int = 1
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def accepts(self, method: str) -> bool:

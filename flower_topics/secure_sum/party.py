@@ -9,8 +9,9 @@ every round's seed and mask key at once. Each round uses only its own key pair a
 what one round's ``unmask`` reveals (the round's seeds of the alive parties, the round's mask
 keys of the dropped ones) says nothing about another round's masks.
 
-A party refuses, with one line, what an honest server would never ask: a key list without
-its own keys, fewer participants than the threshold, a party listed as both alive and
+A party refuses, with one line, what an honest server would never ask: a tolerance ``T``
+below its own bound (``least_tolerance``), a key list without its own keys, fewer
+participants than the threshold, a party listed as both alive and
 dropped, and any stage out of order or twice: a request of another round or epoch (a
 replayed or reordered message), ``keys`` for a round not after its last, a second
 ``shares``, mask, ``check`` or ``unmask`` in one round (a server asking twice could collect
@@ -108,8 +109,14 @@ def _slot(record: ConfigRecord, server_round: int) -> int:
     return server_round - int(record["epoch"])
 
 
-def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
+def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any],
+                   least_tolerance: int = 0) -> dict[str, Any]:
     """Stage ``keys``: a new key epoch from ``round``: the key pair for the shares, and a mask key pair per round.
+
+    ``least_tolerance`` is the party's own collusion bound (its node config's ``secure-tolerance``):
+    a request whose tolerance ``T`` is lower is refused, since ``T`` sets the party's share of the
+    noise. A larger ``T`` is accepted: it only adds noise and lowers the Shamir threshold to
+    ``n - T > T``; the consistency check's quorum stays at least the one of the party's own bound.
 
     Returns ``c-pk`` (one DER X25519 public key), ``s-pk`` (the epoch's ``R`` mask public
     keys, one after the other) and ``sig-pk`` (a raw Ed25519 public key: it signs the epoch's
@@ -123,6 +130,9 @@ def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) 
     if not 1 <= rounds <= MAX_EPOCH:
         raise UserInputError(f"secure sum: a key epoch of {rounds} rounds, the most is {MAX_EPOCH}")
     settings = SecureSumSettings(bits=int(request["bits"]), tolerance=int(request["tolerance"]), epoch=rounds)
+    if settings.tolerance < least_tolerance:
+        raise UserInputError(f"secure sum: refused 'keys' with tolerance {settings.tolerance}: below the least "
+                             "this party accepts (its node config's secure-tolerance)")
     if node_id not in participants or len(set(participants)) != len(participants):
         raise UserInputError("secure sum: the participant list does not name this party exactly once")
     problem = settings.check_parties(len(participants))
@@ -132,7 +142,7 @@ def advertise_keys(state: RecordDict, node_id: int, request: Mapping[str, Any]) 
     sig_sk, sig_pk = crypto.signing_key()
     state[STATE] = ConfigRecord({  # replaces any earlier epoch: its keys are never used again
         "round": server_round, "epoch": server_round, "rounds": rounds,
-        "bits": settings.bits, "tolerance": settings.tolerance,
+        "bits": settings.bits, "tolerance": settings.tolerance, "least-tolerance": least_tolerance,
         "participants": [str(p) for p in participants],
         "c-sk": crypto.private_bytes(c_key), "s-sk": [crypto.private_bytes(k) for k in s_keys],
         "sig-sk": sig_sk, "sig-own": sig_pk, "stage": "keys", "clean": False,
@@ -308,7 +318,8 @@ def _check_signatures(record: ConfigRecord, server_round: int, alive: list[int],
                              f"this party signed (the server showed parties different survivor sets)")
     nodes = _ids(record["nodes"])
     signers, signatures = _ids(request["signers"]), [bytes(s) for s in request["signatures"]]
-    quorum = check_quorum(len(nodes), _settings(record).tolerance)
+    quorum = max(check_quorum(len(nodes), _settings(record).tolerance),
+                 check_quorum(len(nodes), int(record["least-tolerance"])))
     if len(signers) != len(signatures) or len(set(signers)) != len(signers) or not set(signers) <= set(alive) \
             or len(signers) < quorum:
         raise UserInputError(f"secure sum: refused 'unmask' in round {server_round}: it carries {len(signatures)} "
@@ -354,22 +365,27 @@ def unmask(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[
     return {"nodes": shares_of, "seed-shares": seed_shares, "key-shares": key_shares}
 
 
-def answer(state: RecordDict, node_id: int, request: Mapping[str, Any]) -> dict[str, Any]:
+def answer(state: RecordDict, node_id: int, request: Mapping[str, Any], least_tolerance: int = 0) -> dict[str, Any]:
     """The reply to a secure-sum query message (stage ``keys``, ``shares``, ``check`` or ``unmask``), with its stage
-    and round."""
-    stages = {"keys": advertise_keys, "shares": share_keys, "check": check_survivors, "unmask": unmask}
+    and round; ``least_tolerance``: the party's own collusion bound (:func:`advertise_keys`)."""
+    stages = {"shares": share_keys, "check": check_survivors, "unmask": unmask}
     stage = str(request.get("stage", ""))
-    if stage not in stages:
+    if stage == "keys":
+        reply = advertise_keys(state, node_id, request, least_tolerance)
+    elif stage in stages:
+        reply = stages[stage](state, node_id, request)
+    else:
         raise UserInputError(f"secure sum: unknown stage {stage!r}")
-    return {**stages[stage](state, node_id, request), "stage": stage, "round": int(request["round"])}
+    return {**reply, "stage": stage, "round": int(request["round"])}
 
 
-def round_facts(state: RecordDict, server_round: int, federation_size: int = 0) -> SecureFacts:
+def round_facts(state: RecordDict, server_round: int, federation_size: int = 0, least_tolerance: int = 0) -> SecureFacts:
     """What this party's local step needs to know of the round, from the facts it checked itself.
 
     ``noise_share``: the share of the central noise it adds. With a federation size of ``N`` told to the
-    party out of band, ``1 / (n - T)`` for ``n = min(N, listed participants)`` and the tolerance ``T`` of its
-    own ``keys`` stage, so that any ``n - T`` shares carry the whole noise; participants the server lists
+    party out of band, ``1 / (n - T)`` for ``n = min(N, listed participants)`` and ``T`` the larger of the
+    tolerance its ``keys`` stage accepted and its own ``least_tolerance`` (a ``keys`` stage below it was
+    refused), so that any ``n - T`` shares carry the whole noise; participants the server lists
     beyond ``N`` (fake parties) do not lower it. Without a federation size (0), the whole noise (1): the
     server's participant list alone never sets it. ``entry_limit``: the largest magnitude an entry of its
     update may have so that the sum of the listed participants cannot wrap modulo ``2^bits``.
@@ -377,5 +393,6 @@ def round_facts(state: RecordDict, server_round: int, federation_size: int = 0) 
     record = _record(state, server_round, "train")
     settings = _settings(record)
     parties = len(_ids(record["participants"]))
-    share = 1.0 / max(1, settings.threshold(min(parties, federation_size))) if federation_size > 0 else 1.0
+    tolerance = max(settings.tolerance, least_tolerance, int(record["least-tolerance"]))
+    share = 1.0 / max(1, min(parties, federation_size) - tolerance) if federation_size > 0 else 1.0
     return SecureFacts(noise_share=share, entry_limit=settings.limit(parties))

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from flower_topics.simulations.node_configs import told_tolerance
 from flower_topics.wire.protocol import CONFIG
 
 SERVER_NODE_ID = 0
@@ -45,7 +46,9 @@ class InProcessGrid(Grid):
         What every node runs: ``client_app(message, context) -> reply``.
     node_configs : sequence of Mapping
         One node config per node (e.g. ``{"partition-id": 0, "num-partitions": 3}``); the
-        nodes get ids ``101, 102, ...`` in this order.
+        nodes get ids ``101, 102, ...`` in this order. A node that sets no ``secure-tolerance``
+        gets the run config's tolerance
+        (:func:`~flower_topics.simulations.node_configs.told_tolerance`).
     run_config : Mapping
         The run config each node's context carries.
     drop : callable, optional
@@ -65,7 +68,7 @@ class InProcessGrid(Grid):
         self.drop = drop or (lambda r, n: False)
         self.late = late or (lambda r, n: False)
         self.contexts = {
-            FIRST_NODE_ID + i: Context(run_id=1, node_id=FIRST_NODE_ID + i, node_config=dict(node_config),
+            FIRST_NODE_ID + i: Context(run_id=1, node_id=FIRST_NODE_ID + i, node_config=told_tolerance(node_config, run_config),
                                        state=RecordDict(), run_config=dict(run_config))
             for i, node_config in enumerate(node_configs)
         }

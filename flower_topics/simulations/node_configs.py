@@ -17,6 +17,9 @@ from typing import Any, Mapping
 from flower_topics.errors import UserInputError
 from flower_topics.methods import all_node_options
 from flower_topics.options import coerce, shown
+from flower_topics.run.config import OPTIONS
+
+TOLERANCE = "secure-aggregation-tolerance"
 
 #: What a value's ``{partition}`` becomes: the party's partition id.
 PLACEHOLDER = "{partition}"
@@ -26,7 +29,17 @@ PER_PARTY = ("privacy-ledger", "theta-out", "prevalence-out", "state-dir")
 SIMULATION_KEYS = ("partition-id", "num-partitions")
 
 
-def party_node_configs(assignments: Mapping[str, str], num_parties: int) -> list[dict[str, Any]]:
+def told_tolerance(node_config: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """A simulated party's node config with the run config's ``secure-aggregation-tolerance`` as its own
+    ``secure-tolerance``, unless it sets one: the simulation's operator plays every party and tells each the
+    federation's tolerance out of band, as a deployed party's operator sets it on its SuperNode."""
+    tolerance = run_config.get(TOLERANCE, OPTIONS[TOLERANCE].default)
+    return {"secure-tolerance": coerce(TOLERANCE, tolerance, OPTIONS[TOLERANCE], source="run-config"),
+            **node_config}
+
+
+def party_node_configs(assignments: Mapping[str, str], num_parties: int,
+                       run_config: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Each simulated party's node config: its share's ``partition-id`` and ``num-partitions``, and ``assignments``
     (``--node-set``), validated, with ``{partition}`` replaced by its partition id.
 
@@ -36,6 +49,9 @@ def party_node_configs(assignments: Mapping[str, str], num_parties: int) -> list
         Node-config keys and their values (strings, as on the command line, or typed).
     num_parties : int
         How many parties (partitions).
+    run_config : Mapping, optional
+        The run's config: each party's ``secure-tolerance`` is then its tolerance, unless assigned
+        (:func:`told_tolerance`).
 
     Raises
     ------
@@ -63,7 +79,8 @@ def party_node_configs(assignments: Mapping[str, str], num_parties: int) -> list
             if isinstance(value, str):
                 value = value.replace(PLACEHOLDER, str(partition))
             node[key] = coerce(key, value, table[key], source="node-config")
-        configs.append({**node, "partition-id": partition, "num-partitions": num_parties})
+        node = {**node, "partition-id": partition, "num-partitions": num_parties}
+        configs.append(node if run_config is None else told_tolerance(node, run_config))
     return configs
 
 
@@ -98,4 +115,5 @@ def node_config_text(node_config: Mapping[str, Any]) -> str:
     return " ".join(f"{key}={literal(value)}" for key, value in node_config.items())
 
 
-__all__ = ["PER_PARTY", "PLACEHOLDER", "check_party_files", "node_config_text", "party_node_configs"]
+__all__ = ["PER_PARTY", "PLACEHOLDER", "check_party_files", "node_config_text", "party_node_configs",
+           "told_tolerance"]

@@ -27,6 +27,7 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import load_node_documents
 from flower_topics.federation.preflight import check_public_inputs
+from flower_topics.privacy.party_policy import POLICY_OPTIONS
 from flower_topics.errors import RunFailed, UserInputError
 from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import check_output_dir, read_metrics
@@ -73,7 +74,9 @@ def simulate(
         Node-config keys every party gets (``--node-set``; ``{partition}`` in a value becomes the party's
         partition id: :func:`~flower_topics.simulations.node_configs.party_node_configs`). Flower's simulation
         engine gives a party only its partition: with these, the ``flower`` engine runs the parties as
-        SuperNodes of a local deployment SuperLink instead (one process each, as on real hosts).
+        SuperNodes of a local deployment SuperLink instead (one process each, as on real hosts). Each party's
+        ``secure-tolerance`` is the run's ``secure-aggregation-tolerance`` unless set here (a secure run with a
+        tolerance other than the node option's default also runs the parties as SuperNodes, to tell them).
 
     Returns
     -------
@@ -102,7 +105,7 @@ def simulate(
     # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
     for directory in [out_dir / f"client-{i}" for i in range(num_clients)] if mode == "local" else [out_dir]:
         check_output_dir(directory, str(config["resume"]) or None)
-    nodes = party_node_configs(dict(node_config or {}), num_clients)
+    nodes = party_node_configs(dict(node_config or {}), num_clients, config)
     check_party_files(nodes)
     # validates first (each party's training size only, so that this process does not hold the corpus during the
     # run), then what the ServerApp would refuse only after the vocabulary agreement
@@ -111,14 +114,16 @@ def simulate(
     check_public_inputs(config, sorted(set().union(*(party.corpus.vocabulary for party in documents))))
     del documents
     if mode == "federated" and engine == "flower":
-        rows = [_federated(config, num_clients, out_dir, shares, nodes if node_config else None)]
+        told = node_config or (bool(config["secure-aggregation"])
+                               and nodes[0]["secure-tolerance"] != POLICY_OPTIONS["secure-tolerance"].default)
+        rows = [_federated(config, num_clients, out_dir, shares, nodes if told else None)]
         write_results_table(out_dir, rows)
         return rows
     if mode == "federated":
         rows = [_in_process(config, nodes, shares, out_dir, mode, "federated")]
     elif mode == "centralized":
         pooled = {**config, "partition": "iid", "partition-sizes": "", "label-groups": ""}
-        (node,) = party_node_configs(dict(node_config or {}), 1)
+        (node,) = party_node_configs(dict(node_config or {}), 1, config)
         rows = [_in_process(pooled, [node], [_training_size(load_node_documents(node, pooled).corpus)], out_dir,
                             mode, "centralized")]
     else:
