@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 
 
 def _no_check(config: Mapping[str, Any]) -> None:
-    """The default :attr:`MethodSpec.check_config`: nothing beyond each key's range."""
+    """The default :attr:`MethodSpec.check_config` and :attr:`MethodSpec.check_noise`: nothing beyond each key's
+    range."""
 
 
 def _no_notes(config: Mapping[str, Any]) -> Iterable[str]:
@@ -74,6 +75,12 @@ class MethodSpec:
     check_config : callable, default no check
         ``check_config(config)``: what a run of this method needs of a validated run config
         beyond each key's range; raises :class:`~flower_topics.errors.UserInputError`.
+    check_noise : callable, default no check
+        ``check_noise(config)``: what only calibrating the run's noise can tell (that its privacy target
+        can be reached); raises :class:`~flower_topics.errors.UserInputError`. It imports an accountant
+        and searches the noise, so it runs last (:func:`~flower_topics.run.config.parse_run_config`),
+        after :attr:`check_config` and a launcher's checks of the run's files
+        (:func:`~flower_topics.run.config.parse_run_options`).
     quality_notes : callable, default none
         ``quality_notes(config) -> lines``: console lines when this run config is known to
         give poor topics, each naming the option that changes it.
@@ -102,6 +109,7 @@ class MethodSpec:
     secure_sum: bool = False
     node_options: Mapping[str, Option] = field(default_factory=dict)
     check_config: Callable[[Mapping[str, Any]], None] = _no_check
+    check_noise: Callable[[Mapping[str, Any]], None] = _no_check
     quality_notes: Callable[[Mapping[str, Any]], Iterable[str]] = _no_notes
     fixed_on_resume: Mapping[str, str] = field(default_factory=dict)
     topic_counts: str | None = None
@@ -128,7 +136,7 @@ class MethodSpec:
     def check(self, config: Mapping[str, Any]) -> None:
         """Refuse, in one line, a validated run config this method cannot run: secure aggregation
         it does not support, seed words it does not take (:attr:`seed_words`), or what its
-        :attr:`check_config` refuses."""
+        :attr:`check_config` refuses (not its :attr:`check_noise`)."""
         if bool(config.get("secure-aggregation", False)) and not self.secure_sum:
             able = ", ".join(spec.name for spec in METHODS.values() if spec.secure_sum) or "none"
             raise UserInputError(f"secure-aggregation=true: {self.name}'s replies are not sums the server could add "
@@ -178,7 +186,7 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
     MethodSpec("dplda", "DP-SVI (Park et al. 2016): Poisson-sampled documents, clipped expected counts, Gaussian "
                "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
                "flower_topics.clients.dplda:STEP", private=True, secure_sum=dplda.SECURE_SUM, node_options=dplda.NODE_OPTIONS,
-               check_config=dplda.check_config, quality_notes=dplda.quality_notes,
+               check_config=dplda.check_config, check_noise=dplda.check_noise, quality_notes=dplda.quality_notes,
                planned_releases=dplda.planned_releases, seed_words="",
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
                                               "whole-run budget; another num-rounds would change the noise"}),

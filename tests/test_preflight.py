@@ -114,3 +114,76 @@ def test_a_run_that_fails_on_an_error_the_serverapp_said_does_not_repeat_it(tmp_
     captured = capsys.readouterr()
     assert (captured.out + captured.err).count(message) == 1
     assert "run 7 FAILED (finished:failed): the error above" in captured.err
+
+
+#: What a launcher's refusal of a run's files must not have imported: the accountants (a calibration), the neural
+#: stack, compiled kernels, scipy, the strategies and the evaluation (each a fraction of a second or more).
+HEAVY = ("dp_accounting", "autodp", "opacus", "torch", "sentence_transformers", "transformers", "sklearn", "numba",
+         "scipy")
+PREFLIGHT_IMPORTS = r"""
+import json, sys
+from flower_topics.errors import UserInputError
+
+launcher, vocabulary, public, out = sys.argv[1:5]
+said = ""
+if launcher == "superlink":  # flower-topics-superlink's (and flwr run's) pre-flight
+    from flower_topics.simulations.local_superlink import check_run_config
+    try:
+        check_run_config(["flwr", "run", ".", "--run-config", f"method='dplda' vocabulary='{vocabulary}' num-topics=4 "
+                          f"dplda.public-corpus='{public}' federated-eval=false output-dir='{out}'"])
+    except UserInputError as exc:
+        said = str(exc)
+elif launcher == "simulate":
+    from flower_topics.cli.main import main
+    said = str(main(["simulate", "--method", "dplda", "--clients", "2", "--topics", "4", "--rounds", "2", "--out", out,
+                     "--set", f"vocabulary={vocabulary}", "--set", f"dplda.public-corpus={public}",
+                     "--set", "federated-eval=false", "--set", "dplda.init=random"]))
+else:  # a valid run config parsed in full: its noise is calibrated
+    from flower_topics.run.config import parse_run_config
+    from flower_topics.wire.dplda import noise_multiplier
+    said = repr(noise_multiplier(parse_run_config({"method": "dplda", "vocabulary": vocabulary,
+                                                   "federated-eval": False})))
+heavy = tuple(sys.argv[5].split())
+print(json.dumps({"said": said, "modules": sorted(m for m in sys.modules if m.split(".")[0] in heavy or
+                                                  m.startswith(("flower_topics.strategies", "flower_topics.evaluation",
+                                                                "flower_topics.metrics")))}))
+"""
+
+
+def _preflight_modules(launcher: str, vocabulary: Path, public: Path, out: Path) -> dict:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", PREFLIGHT_IMPORTS, launcher, str(vocabulary), str(public), str(out),
+                           " ".join(HEAVY)], capture_output=True, text=True, timeout=300, cwd=root, check=False,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "FLOWER_TOPICS_CACHE_DIR": "off"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_refusing_a_dplda_public_corpus_imports_no_accountant_and_nothing_heavy(tmp_path):
+    words = ["game", "player", "level", "music", "sound", "audio", "font", "glyph", "mail", "server"]
+    vocabulary = tmp_path / "vocabulary.txt"
+    vocabulary.write_text("\n".join(words) + "\n", encoding="utf-8")
+    public = tmp_path / "public.jsonl"  # 6 documents, 18 tokens: too small for 4 topics
+    public.write_text("".join(json.dumps({"text": " ".join(words[3 * (j // 2):3 * (j // 2) + 3])}) + "\n"
+                              for j in range(6)), encoding="utf-8")
+    refused = _preflight_modules("superlink", vocabulary, public, tmp_path / "flwr")
+    assert "too small to train 4 topics: 6 documents and 18 tokens" in refused["said"]
+    assert refused["modules"] == [], refused["modules"][:10]
+    refused = _preflight_modules("simulate", vocabulary, public, tmp_path / "run")
+    assert refused["said"] == "2" and not (tmp_path / "run").exists()
+    assert refused["modules"] == [], refused["modules"][:10]
+    # the same process, parsing a run config that passes: the accountant is imported (the check above can see it)
+    calibrated = _preflight_modules("calibrate", vocabulary, public, tmp_path / "flwr")
+    assert float(calibrated["said"]) > 0 and "dp_accounting" in calibrated["modules"], calibrated
+
+
+def test_a_target_no_noise_reaches_is_still_refused_before_flower_starts(tmp_path, no_flower):
+    unreachable = ("dplda.epsilon=1e-7 dplda.delta=1e-12 dplda.sample-rate=1.0 num-rounds=10000 "
+                   "federated-eval=false")
+    with pytest.raises(UserInputError, match="no noise level reaches eps 1e-07"):
+        check_run_config(["flwr", "run", ".", "--run-config", f"method='dplda' vocabulary='{VOCABULARY}' "
+                          f"{unreachable} output-dir='{tmp_path / 'flwr'}'"])
+    assert not (tmp_path / "flwr").exists()

@@ -35,7 +35,7 @@ def check_public_inputs(config: Mapping[str, Any], corpus_words: Sequence[str] |
         One line: no seed word in the vocabulary file (or in the corpus' words), or a ``dplda.public-corpus``
         with fewer documents or tokens than ``num-topics`` needs over them.
     """
-    from flower_topics.federation.vocabulary_agreement import read_vocabulary_file
+    from flower_topics.data.vocabulary_file import read_vocabulary_file
     from flower_topics.wire.agreement import MODES
 
     vocabulary = str(config["vocabulary"])
@@ -48,7 +48,7 @@ def check_public_inputs(config: Mapping[str, Any], corpus_words: Sequence[str] |
     if words is not None and str(config.get("seed-words", "")):
         check_seed_words(config, words, over)
     if str(config["method"]) == "dplda" and str(config.get("dplda.public-corpus", "")):
-        from flower_topics.strategies.dplda import check_public_size, over_vocabulary, public_corpus
+        from flower_topics.data.public_corpus import check_public_size, over_vocabulary, public_corpus
 
         public = public_corpus(config)()  # type: ignore[misc]
         if words is None:  # its own words: over any vocabulary it is at most this large

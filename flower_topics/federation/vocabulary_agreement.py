@@ -31,7 +31,6 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +40,7 @@ from flwr.serverapp import Grid
 from flower_topics.run.config import parse_run_config
 from flower_topics.run.json_values import plain_json
 from flower_topics.data.prepare import preprocess_config
+from flower_topics.data.vocabulary_file import read_vocabulary_file
 from flower_topics.errors import UserInputError
 from flower_topics.federation.grids import collect_replies
 from flower_topics.privacy.privacy_report import PrivacyReport
@@ -261,20 +261,6 @@ def merge_candidates(candidates: Sequence[tuple[tuple[str, ...], np.ndarray, int
     if prep.max_vocab is not None and len(kept) > prep.max_vocab:
         kept = sorted(kept, key=lambda w: (-totals[w], w))[: prep.max_vocab]
     return tuple(curated) + tuple(sorted(kept))
-
-
-def read_vocabulary_file(path: str) -> tuple[str, ...]:
-    """A public vocabulary file: one word per line (blank lines ignored), no duplicates."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise UserInputError(f"vocabulary {path!r} is neither union, private nor a readable file (one word per line)")
-    try:
-        words = [w.strip() for w in file.read_text(encoding="utf-8").splitlines() if w.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"vocabulary file {path!r} cannot be read: {exc}") from None
-    if len(set(words)) != len(words):
-        raise UserInputError(f"vocabulary file {path!r} lists some words more than once")
-    return tuple(words)
 
 
 def _secure_private(grid: Grid, config: Mapping[str, Any], nodes: list[int], excluded: dict[int, str],

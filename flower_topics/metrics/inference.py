@@ -7,12 +7,11 @@ vocabulary, rank each topic's words, and fold in document-topic proportions.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from flower_topics.data.alignment import align_corpus
 from flower_topics.data.corpus import Corpus
 from flower_topics.numeric.document_threads import over_documents
 from flower_topics.numeric.word_blocks import gather_block, longest_document, weighted_sum, word_weights
@@ -132,58 +131,6 @@ def _top_n_kernel(phi: np.ndarray, top: np.ndarray) -> None:  # pragma: no cover
                     j -= 1
                 values[j] = v
                 top[k, j] = w
-
-
-def align_corpus(corpus: Corpus, vocabulary: Sequence[str]) -> tuple[Corpus, int]:
-    """Re-express ``corpus`` over the model's ``vocabulary``, dropping unknown words.
-
-    Token ids are mapped through one lookup array (corpus id -> model column, -1
-    for a word the model does not know); out-of-vocabulary tokens are removed, as
-    docs/architecture.md says for perplexity ("Out-of-vocabulary words are skipped and
-    counted"). Documents, their order, labels and split are kept; a document whose
-    tokens are all out of vocabulary becomes empty.
-
-    Parameters
-    ----------
-    corpus : Corpus
-        Documents over any vocabulary.
-    vocabulary : sequence of str
-        The model's vocabulary, in ``topic_word`` column order (distinct words).
-
-    Returns
-    -------
-    aligned : Corpus
-        The corpus with token ids that index the columns of ``topic_word``.
-    n_oov : int
-        Number of tokens dropped because their word is not in ``vocabulary``.
-
-    Raises
-    ------
-    ValueError
-        If ``vocabulary`` contains a word twice.
-    """
-    vocabulary = tuple(vocabulary)
-    if corpus.vocabulary == vocabulary:
-        return corpus, 0
-    column = {word: j for j, word in enumerate(vocabulary)}
-    if len(column) != len(vocabulary):
-        raise ValueError("the model vocabulary contains duplicate words")
-    lookup = np.fromiter(
-        (column.get(word, -1) for word in corpus.vocabulary), dtype=np.int64, count=corpus.n_words
-    )
-    mapped = lookup[corpus.tokens]
-    keep = mapped >= 0
-    kept_before = np.zeros(corpus.n_tokens + 1, dtype=np.int64)
-    np.cumsum(keep, out=kept_before[1:])
-    aligned = Corpus(
-        tokens=mapped[keep].astype(np.int32),
-        doc_ptr=kept_before[corpus.doc_ptr],
-        vocabulary=vocabulary,
-        labels=corpus.labels,
-        split=corpus.split,
-        dates=corpus.dates,
-    )
-    return aligned, int(corpus.n_tokens - aligned.n_tokens)
 
 
 def infer_theta(

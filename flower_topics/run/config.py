@@ -243,10 +243,32 @@ def parse_run_config(raw: Mapping[str, Any]) -> RunConfig:
     Raises
     ------
     UserInputError
-        For an unknown key or method, a value of the wrong type, or a value out of range.
+        For an unknown key or method, a value of the wrong type, or a value out of range, or (last: the
+        method's :attr:`~flower_topics.methods.MethodSpec.check_noise`) a privacy target no noise reaches.
     """
     if isinstance(raw, RunConfig):
         return raw
+    config = parse_run_options(raw)
+    get_method(str(config["method"])).check_noise(config)
+    return RunConfig(config)
+
+
+def parse_run_options(raw: Mapping[str, Any]) -> dict[str, ConfigValue]:
+    """Every check of :func:`parse_run_config` but calibrating the noise, which imports an accountant and
+    searches: a launcher refuses the run's files (a vocabulary file, seed words, a public corpus) with these
+    first, then calls :func:`parse_run_config`.
+
+    Returns
+    -------
+    dict
+        Every key of :data:`OPTIONS`, with a value of the default's type: a plain dict, not yet a
+        :class:`RunConfig` (its noise is not yet known to be reachable).
+
+    Raises
+    ------
+    UserInputError
+        For an unknown key or method, a value of the wrong type, or a value out of range.
+    """
     unknown = sorted((key for key in raw if key not in OPTIONS), key=str)
     node_keys = [key for key in unknown if key in all_node_options()]
     if node_keys:  # a party's own setting, which the server's run config cannot give
@@ -267,7 +289,7 @@ def parse_run_config(raw: Mapping[str, Any]) -> RunConfig:
         config[key] = coerce(key, value, OPTIONS[key])
     _check_consistency(config)
     get_method(str(config["method"])).check(config)
-    return RunConfig(config)
+    return config
 
 
 def _key_text(key: Any) -> str:

@@ -113,8 +113,8 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
 
     from flower_topics.data.node_data import check_dataset, simulated_share
     from flower_topics.federation.preflight import check_public_inputs
-    from flower_topics.federation.vocabulary_agreement import read_vocabulary_file
-    from flower_topics.run.config import parse_run_config
+    from flower_topics.data.vocabulary_file import read_vocabulary_file
+    from flower_topics.run.config import parse_run_config, parse_run_options
     from flower_topics.run.outputs import check_output_dir
     from flower_topics.wire.agreement import MODES
 
@@ -131,14 +131,14 @@ def check_run_config(command: Sequence[str], app_dir: str | Path = ".", *,
         defaults = flatten_dict(project.get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}))
     except Exception:  # no readable app here: `flwr run` reports that itself
         defaults = {}
-    config = parse_run_config({**defaults, **overrides})
     if local_data:
-        check_output_dir(str(config["output-dir"]), str(config["resume"]) or None)
-        if str(config["vocabulary"]) not in MODES:
-            read_vocabulary_file(str(config["vocabulary"]))
-        check_dataset(config, num_partitions)
-        check_public_inputs(config, simulated_share(config, 0, max(1, num_partitions)).corpus.vocabulary)
-    return config
+        options = parse_run_options({**defaults, **overrides})
+        check_output_dir(str(options["output-dir"]), str(options["resume"]) or None)
+        if str(options["vocabulary"]) not in MODES:
+            read_vocabulary_file(str(options["vocabulary"]))
+        check_dataset(options, num_partitions)
+        check_public_inputs(options, simulated_share(options, 0, max(1, num_partitions)).corpus.vocabulary)
+    return parse_run_config({**defaults, **overrides})  # last: calibrates the noise (dplda)
 
 
 def stream(command: Sequence[str], cwd: Path, env: dict[str, str], verbose: bool,

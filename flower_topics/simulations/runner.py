@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from flower_topics.run.config import parse_run_config
+from flower_topics.run.config import parse_run_config, parse_run_options
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import load_node_documents
 from flower_topics.federation.preflight import check_public_inputs
@@ -101,18 +101,19 @@ def simulate(
     if num_clients < 1:
         raise UserInputError("--clients must be >= 1")
     out_dir = Path(out_dir).expanduser().resolve()
-    config = parse_run_config({**run_config, "output-dir": str(out_dir)})
+    options = parse_run_options({**run_config, "output-dir": str(out_dir)})
     # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
     for directory in [out_dir / f"client-{i}" for i in range(num_clients)] if mode == "local" else [out_dir]:
-        check_output_dir(directory, str(config["resume"]) or None)
-    nodes = party_node_configs(dict(node_config or {}), num_clients, config)
+        check_output_dir(directory, str(options["resume"]) or None)
+    nodes = party_node_configs(dict(node_config or {}), num_clients, options)
     check_party_files(nodes)
     # validates first (each party's training size only, so that this process does not hold the corpus during the
     # run), then what the ServerApp would refuse only after the vocabulary agreement
-    documents = [load_node_documents(node, config) for node in nodes]
+    documents = [load_node_documents(node, options) for node in nodes]
     shares = [_training_size(party.corpus) for party in documents]
-    check_public_inputs(config, sorted(set().union(*(party.corpus.vocabulary for party in documents))))
+    check_public_inputs(options, sorted(set().union(*(party.corpus.vocabulary for party in documents))))
     del documents
+    config = parse_run_config({**run_config, "output-dir": str(out_dir)})  # last: calibrates the noise (dplda)
     if mode == "federated" and engine == "flower":
         told = node_config or (bool(config["secure-aggregation"])
                                and nodes[0]["secure-tolerance"] != POLICY_OPTIONS["secure-tolerance"].default)

@@ -47,16 +47,14 @@ keeps its own accountant and refuses a release over it.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from flower_topics.data.corpus import Corpus
-from flower_topics.errors import UserInputError
+from flower_topics.data.public_corpus import check_public_size, over_vocabulary, public_corpus
 from flower_topics.models import svi, svi_public
-from flower_topics.metrics.inference import align_corpus
 from flower_topics.models.lda import fit_lda
 from flower_topics.models.seed_words import SeedPrior, config_seed_prior
 from flower_topics.models.svi_seeds import seeded_start
@@ -81,8 +79,6 @@ SECURE_TRUST_MODEL = ("secure aggregation: the server sees only each round's sum
 
 #: Gibbs sweeps of the public start's LDA (:func:`public_start`).
 PUBLIC_SWEEPS = 200
-#: A public corpus must hold at least K documents and this many tokens per topic over the vocabulary.
-PUBLIC_TOKENS_PER_TOPIC = 10
 
 RAW_KEY = "lambda-average"
 VARIANCE_KEY = "noise-variance"
@@ -104,37 +100,6 @@ def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float | np
     unigram = np.maximum(signal.sum(axis=0), 0.0) + 1e-12
     unigram /= unigram.sum()
     return eta + kept + background / (1.0 - background) * kept.sum(axis=1, keepdims=True) * unigram
-
-
-def over_vocabulary(corpus: Corpus, vocabulary: Sequence[str]) -> Corpus:
-    """``corpus`` over ``vocabulary``'s columns (:func:`~flower_topics.metrics.inference.align_corpus`: other words
-    dropped), without the documents left empty."""
-    aligned, _ = align_corpus(corpus, vocabulary)
-    lengths = np.diff(aligned.doc_ptr)
-    doc_ptr = np.zeros(int((lengths > 0).sum()) + 1, dtype=np.int64)
-    np.cumsum(lengths[lengths > 0], out=doc_ptr[1:])
-    return Corpus(tokens=aligned.tokens, doc_ptr=doc_ptr, vocabulary=aligned.vocabulary)
-
-
-def check_public_size(public: Corpus, n_topics: int, *, source: str = "dplda.public-corpus",
-                      vocabulary_size: int | None = None, over: str = "the agreed vocabulary") -> None:
-    """Refuse a public corpus (over the vocabulary ``over`` names) too small to start ``n_topics`` topics from.
-
-    Raises
-    ------
-    UserInputError
-        When it has no token, fewer than ``n_topics`` documents or fewer than :data:`PUBLIC_TOKENS_PER_TOPIC`
-        x ``n_topics`` tokens (one line).
-    """
-    if public.n_tokens == 0:
-        size = "" if vocabulary_size is None else f" ({vocabulary_size} words)"
-        raise UserInputError(f"{source} shares no word with {over}{size}; pass public text of the same domain and "
-                             "language, or '' for none")
-    least = PUBLIC_TOKENS_PER_TOPIC * n_topics
-    if public.n_docs < n_topics or public.n_tokens < least:
-        raise UserInputError(f"{source} is too small to train {n_topics} topics: {public.n_docs} documents and "
-                             f"{public.n_tokens} tokens over {over}; it needs at least {n_topics} documents and "
-                             f"{least} tokens")
 
 
 def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
@@ -186,8 +151,8 @@ def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, al
     Raises
     ------
     UserInputError
-        When the corpus shares no word with the vocabulary, or holds over it fewer than ``K``
-        documents or fewer than :data:`PUBLIC_TOKENS_PER_TOPIC` x ``K`` tokens (one line).
+        When the corpus shares no word with the vocabulary, or holds over it fewer than ``K`` documents or
+        fewer than :data:`~flower_topics.data.public_corpus.PUBLIC_TOKENS_PER_TOPIC` x ``K`` tokens (one line).
     """
     public = over_vocabulary(corpus, vocabulary)
     check_public_size(public, n_topics, source=source, vocabulary_size=len(vocabulary))
@@ -216,16 +181,6 @@ def model_record(average: np.ndarray, noise_variance: float) -> ArrayRecord:
     """The strategy's global state: the raw running average and its noise variance."""
     return ArrayRecord({RAW_KEY: Array(np.ascontiguousarray(average, dtype=np.float64)),
                         VARIANCE_KEY: Array(np.array([noise_variance], dtype=np.float64))})
-
-
-def public_corpus(config: Mapping[str, Any]) -> Callable[[], Corpus] | None:
-    """A reader of the run's ``dplda.public-corpus`` with its reading options (every word kept), or None when
-    unset."""
-    from flower_topics.data.corpus_cache import read_source
-
-    path = str(config["dplda.public-corpus"])
-    reading = {key: config[key] for key in ("lowercase", "stopwords", "text-column", "label-column")}
-    return functools.partial(read_source, path, reading) if path else None
 
 
 class DPLDA(TopicStrategy):

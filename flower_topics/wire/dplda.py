@@ -158,15 +158,16 @@ def reply_spec(settings: DPLDASettings, vocab_size: int) -> ReplySpec:
 
 
 def check_config(config: Mapping[str, Any]) -> None:
-    """What a ``dplda`` run needs before round 1 (one line each).
+    """What a ``dplda`` run needs before round 1 that no accountant is needed to tell (one line each; whether its
+    target can be reached is :func:`check_noise`).
 
     Raises
     ------
     UserInputError
         With ``vocabulary='union'`` (it publishes every party's words and their exact
         document frequencies, outside any accountant), with ``federated-eval=true`` (the
-        parties' evaluation sums are not accounted), or when the whole-run target cannot be
-        reached with these settings, or when ``dplda.public-corpus`` names no file or folder.
+        parties' evaluation sums are not accounted), when ``dplda.public-corpus`` names no file or folder,
+        or when a ``private`` vocabulary spends the whole target.
     """
     if str(config["vocabulary"]) == "union":
         raise UserInputError("dplda needs an accounted vocabulary: vocabulary='private' (accounted) or the path of "
@@ -185,6 +186,18 @@ def check_config(config: Mapping[str, Any]) -> None:
     if public and not path_exists(expand_path(public)):
         raise UserInputError(f"dplda.public-corpus {shown(public, 200)} does not exist; pass {FORMATS_HINT} of public "
                              "text the server may read, or '' for none")
+    budget(config).for_rounds()
+
+
+def check_noise(config: Mapping[str, Any]) -> None:
+    """That the whole-run target can be reached: the noise multiplier is calibrated (:func:`noise_multiplier`, once
+    per process for the same question), which imports the accountant.
+
+    Raises
+    ------
+    UserInputError
+        When no noise in the accountant's range reaches the target (one line).
+    """
     noise_multiplier(config)
 
 
