@@ -54,11 +54,7 @@ def privacy_report(settings: NTMSettings, *, rounds: int, secure: bool, party_ep
     if secure:
         return secure_report(settings, rounds, steps, evaluation)
     epsilon = epsilon_before + max(party_epsilon.values(), default=0.0)
-    document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=settings.dp_delta,
-                                    document_guarantee=DOCUMENT_GUARANTEE)
-    if evaluation is not None:
-        document = dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
-                                           f"{epsilon:.4g}, delta {settings.dp_delta:g} per document)")
+    document = _document(settings, epsilon, DOCUMENT_GUARANTEE, evaluation)
     return PrivacyReport(
         mechanism="gaussian (DP-SGD)", unit="document", accountant=ACCOUNTANT, rounds=rounds,
         epsilon_round=max(first_epsilon.values(), default=0.0), delta_round=settings.dp_delta,
@@ -70,6 +66,15 @@ def privacy_report(settings: NTMSettings, *, rounds: int, secure: bool, party_ep
         details={"noise_multiplier": settings.noise_multiplier, "max_grad_norm": settings.max_grad_norm,
                  "dp_steps_per_round": steps, "parties_reporting": len(party_epsilon),
                  "training_document_epsilon": epsilon})
+
+
+def _document(settings: NTMSettings, epsilon: float, guarantee: str, evaluation: str | None) -> dict[str, Any]:
+    """The report's document-level figure: ``epsilon`` at ``dp-delta`` under ``guarantee``, or none where the
+    federated ``evaluation`` is released outside every accountant."""
+    if evaluation is not None:
+        return dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
+                                       f"{epsilon:.4g}, delta {settings.dp_delta:g} per document)")
+    return dict(document_epsilon=epsilon, document_delta=settings.dp_delta, document_guarantee=guarantee)
 
 
 def rdp_epsilon(settings: NTMSettings, sample_rate: float, steps: int) -> float:
@@ -90,11 +95,7 @@ def secure_report(settings: NTMSettings, rounds: int, steps: int, evaluation: st
     """
     q = settings.secure_sample_rate()
     epsilon = rdp_epsilon(settings, q, rounds * steps) if rounds else 0.0
-    document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=settings.dp_delta,
-                                    document_guarantee=SECURE_DOCUMENT_GUARANTEE)
-    if evaluation is not None:
-        document = dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
-                                           f"{epsilon:.4g}, delta {settings.dp_delta:g} per document)")
+    document = _document(settings, epsilon, SECURE_DOCUMENT_GUARANTEE, evaluation)
     return PrivacyReport(
         mechanism="gaussian (DP-SGD)", unit="document", accountant="RDP (opacus), run by the server at the "
         "largest sample rate a party may have", rounds=rounds,
