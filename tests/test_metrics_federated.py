@@ -305,8 +305,8 @@ def test_lda_evaluates_with_its_counts_and_the_party_scores_the_servers_matrix_b
     got = evaluation.received_model(message.content, counts.shape[1])
     expected = evaluation.model_phi(strategy.topic_word(arrays))
     assert got.dtype == np.float64 and np.array_equal(got, expected)
-    assert np.array_equal(strategy._eval_phi, expected)
-    assert np.array_equal(strategy._eval_top[0], evaluation.coherence_word_ids(got, 10)[0])
+    assert np.array_equal(strategy.evaluation_stage.sent.phi, expected)
+    assert np.array_equal(strategy.evaluation_stage.sent.top[0], evaluation.coherence_word_ids(got, 10)[0])
 
 
 def test_the_server_pools_with_exactly_the_matrix_and_top_words_a_party_holds() -> None:
@@ -324,9 +324,9 @@ def test_the_server_pools_with_exactly_the_matrix_and_top_words_a_party_holds() 
     strategy.evaluation_counts = lambda arrays: None  # as a method that sends its matrix
     (message, _) = strategy.configure_evaluate(3, arrays, ConfigRecord(), FixedNodesGrid([7, 8]))  # the last round: its own message
     got = evaluation.received_model(message.content, counts.shape[1])
-    assert evaluation.PHI_KEY in message.content["arrays"] and np.array_equal(got, strategy._eval_phi)
-    assert np.array_equal(strategy._eval_top[0], evaluation.coherence_word_ids(got, 10)[0])
-    assert np.array_equal(strategy._eval_top[1], evaluation.coherence_word_ids(got, 10)[1])
+    assert evaluation.PHI_KEY in message.content["arrays"] and np.array_equal(got, strategy.evaluation_stage.sent.phi)
+    assert np.array_equal(strategy.evaluation_stage.sent.top[0], evaluation.coherence_word_ids(got, 10)[0])
+    assert np.array_equal(strategy.evaluation_stage.sent.top[1], evaluation.coherence_word_ids(got, 10)[1])
 
 
 def test_a_party_refuses_counts_that_are_not_a_model() -> None:

@@ -342,10 +342,6 @@ class DPLDA(TopicStrategy):
             return parties * self.prevalence_noise ** 2
         return parties * self.prevalence_noise ** 2 / self.secure.threshold(max(self.prevalence_parties, parties))
 
-    def rounds_released(self) -> int:
-        """Rounds in which parties were asked to release (a party asked counts, whether or not it replied)."""
-        return sum(1 for t in self.traffic.values() if t.nodes_sampled)
-
     def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The number of natural-gradient steps taken (the step size of the next one depends on it)."""
         return {}, {"updates": self.updates}

@@ -44,14 +44,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
 from logging import WARNING
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message
+from flwr.app import Array, ArrayRecord
 from flwr.common import log
-from flwr.serverapp import Grid
 
 from flower_topics.strategies.carried_counts import CarriedCounts
 from flower_topics.models.seed_words import SeedPrior, config_seed_prior
@@ -60,6 +58,7 @@ from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
+from flower_topics.strategies.releases import PartyReleases
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.protocol import ReplySpec
 
@@ -108,13 +107,12 @@ class FedLDA(TopicStrategy):
         self.beta = beta
         self.seeds = seeds
         self.prior: float | np.ndarray = beta if seeds is None else seeds.matrix(beta)  # of phi
-        self.releases: dict[int, int] = {}
+        self.releases = PartyReleases()  # and, after a resume, the worst party's count before it
         self.realized_deltas: dict[int, float] = {}
         self.last_realized: RealizedLDP | None = None
         self.max_tuples_per_doc = 0
         self.last_phi: np.ndarray | None = None
-        # resume (flower_topics.run.checkpoint): releases before it, and the carried counts
-        self.releases_before = 0
+        # resume (flower_topics.run.checkpoint): the realized delta before it, and the carried counts
         self.realized_delta_before = 0.0
         self.carried: CarriedCounts | None = None
         self._own: np.ndarray | None = None
@@ -151,26 +149,25 @@ class FedLDA(TopicStrategy):
                 "90th percentile of document lengths hides both at little perplexity cost (README, FedLDA)")
 
     # ------------------------------------------------------------ rounds
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-                        ) -> Iterable[Message]:
-        """Compute phi of the round's counts, then message the sampled nodes."""
+    def begin_round(self, server_round: int, arrays: ArrayRecord) -> None:
+        """phi of the round's counts (what the nodes are sent), and its realized guarantee."""
         self.last_phi = clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.prior)
         randomizer = self.fedlda.randomizer(self.last_phi)
         if randomizer is not None:
             self.last_realized = realized_ldp(randomizer, self.last_phi, claimed_delta(self.fedlda))
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        for msg in messages:  # a party releases when it computes its tuples, whether or not its reply arrives
-            node = msg.metadata.dst_node_id
-            self.releases[node] = self.releases.get(node, 0) + 1
-            if self.last_realized is not None:
+
+    def released(self, server_round: int, nodes: Sequence[int]) -> None:
+        """One more release, and the round's realized delta, for each of ``nodes``."""
+        self.releases.add(nodes)
+        if self.last_realized is not None:
+            for node in nodes:
                 self.realized_deltas[node] = self.realized_deltas.get(node, 0.0) + self.last_realized.delta
-        return messages
 
     @property
     def rounds_accounted(self) -> int:
         """The most rounds any one party was asked to release in (the worst party's count), plus, after a
         resume, the worst party's count before it (node ids may change)."""
-        return self.releases_before + max(self.releases.values(), default=0)
+        return self.releases.worst
 
     def node_arrays(self, server_round: int, node_id: int, arrays: ArrayRecord) -> ArrayRecord:
         """phi as float32; the counts stay on the server."""
@@ -207,9 +204,9 @@ class FedLDA(TopicStrategy):
         """Releases per party, realized deltas, the largest l, the last realized guarantee, carried counts."""
         arrays: dict[str, np.ndarray] = {}
         meta: dict[str, Any] = {
-            "releases": {str(n): c for n, c in self.releases.items()},
+            **self.releases.state(),
             "realized_deltas": {str(n): d for n, d in self.realized_deltas.items()},
-            "max_tuples_per_doc": self.max_tuples_per_doc, "releases_before": self.releases_before,
+            "max_tuples_per_doc": self.max_tuples_per_doc,
             "realized_delta_before": self.realized_delta_before,
             "last_realized": None if self.last_realized is None else dataclasses.asdict(self.last_realized)}
         if self.last_phi is not None:
@@ -223,10 +220,9 @@ class FedLDA(TopicStrategy):
 
     def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         """Restore :meth:`checkpoint_state`."""
-        self.releases = {int(n): int(c) for n, c in meta["releases"].items()}
+        self.releases = PartyReleases.from_state(meta)
         self.realized_deltas = {int(n): float(d) for n, d in meta["realized_deltas"].items()}
         self.max_tuples_per_doc = int(meta["max_tuples_per_doc"])
-        self.releases_before = int(meta["releases_before"])
         self.realized_delta_before = float(meta["realized_delta_before"])
         self.last_realized = None if meta["last_realized"] is None else RealizedLDP(**meta["last_realized"])
         self.last_phi = np.array(arrays["fedlda-last-phi"]) if "fedlda-last-phi" in arrays else None
@@ -237,17 +233,16 @@ class FedLDA(TopicStrategy):
         """What ``checkpoint-release.json`` records of a round besides its nodes: the round's realized delta."""
         return {"realized_delta": 0.0 if self.last_realized is None else float(self.last_realized.delta)}
 
-    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+    def lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more release, and its realized delta, for every party."""
-        self.record_lost_round(release.get("nodes", []))
-        self.releases_before += 1
+        self.releases.lost()
         self.realized_delta_before += float(release.get("realized_delta", 0.0))
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Fold the per-party counters into the offsets, and carry the counts while every party re-enters."""
-        self.releases_before += max(self.releases.values(), default=0)
+        self.releases.fold()
         self.realized_delta_before += max(self.realized_deltas.values(), default=0.0)
-        self.releases, self.realized_deltas = {}, {}
+        self.realized_deltas = {}
         counts = np.asarray(arrays[wire.COUNTS_KEY], dtype=np.int64)
         if self.carried is not None:  # resumed again before the last resume's tokens were all back
             self.carried = CarriedCounts(counts - self._own, self.carried.total, self.carried.entered)

@@ -28,12 +28,10 @@ merge weight) is released as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message
-from flwr.serverapp import Grid
+from flwr.app import Array, ArrayRecord
 
 from flower_topics.models.ftm_merge import compose_local_models, integrate_local_models
 from flower_topics.models.topic_word import normalize_rows
@@ -76,7 +74,6 @@ class FTM(TopicStrategy):
         self.top_words = top_words
         self.local_topics: dict[int, int] = {}
         self.composed: dict[int, np.ndarray] = {}
-        self.released_rounds = 0
         # resume (flower_topics.run.checkpoint): a party of a new Flower run draws its noisy statistics again
         self.previous_draws = 0
         self.segment_released = False
@@ -103,14 +100,9 @@ class FTM(TopicStrategy):
         """A non-negative ``K_p x V`` float model and ``num-tokens``."""
         return wire.reply_spec(self.ftm, self.vocab_size)
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-                        ) -> Iterable[Message]:
-        """Message the sampled parties; count the round (the releases of the noisy statistics)."""
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        if messages:
-            self.released_rounds += 1
-            self.segment_released = True
-        return messages
+    def released(self, server_round: int, nodes: Sequence[int]) -> None:
+        """The parties of this run have drawn their noisy statistics (once a run, at their first round)."""
+        self.segment_released = True
 
     @property
     def draws(self) -> int:
@@ -119,10 +111,10 @@ class FTM(TopicStrategy):
 
     # ------------------------------------------------------------ checkpoint
     def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Each party's composed local model and K_p, the rounds released and the draws of the statistics."""
+        """Each party's composed local model and K_p, and the draws of the statistics."""
         arrays = {f"ftm-composed-{n}": m for n, m in self.composed.items()}
         return arrays, {"local_topics": {str(n): k for n, k in self.local_topics.items()},
-                        "released_rounds": self.released_rounds, "previous_draws": self.previous_draws,
+                        "previous_draws": self.previous_draws,
                         "segment_released": self.segment_released}
 
     def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -130,14 +122,11 @@ class FTM(TopicStrategy):
         prefix = "ftm-composed-"
         self.composed = {int(k[len(prefix):]): np.array(v) for k, v in arrays.items() if k.startswith(prefix)}
         self.local_topics = {int(n): int(k) for n, k in meta["local_topics"].items()}
-        self.released_rounds = int(meta["released_rounds"])
         self.previous_draws = int(meta["previous_draws"])
         self.segment_released = bool(meta["segment_released"])
 
-    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+    def lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash (its parties drew their statistics if they had not yet)."""
-        self.record_lost_round(release.get("nodes", []))
-        self.released_rounds += 1
         self.segment_released = True
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -181,14 +170,13 @@ class FTM(TopicStrategy):
 
     def privacy_report(self) -> PrivacyReport:
         """eps per token, once (the noisy statistics are drawn once; every round is post-processing)."""
-        eps = self.ftm.epsilon
-        draws = self.draws
+        eps, draws, rounds = self.ftm.epsilon, self.draws, self.rounds_released()
         return PrivacyReport(
             mechanism="laplace + threshold", unit="token",
             accountant="one release, post-processing after it" + (
                 f"; {draws} draws (a resume redraws the statistics), basic composition" if draws > 1 else ""),
-            rounds=self.released_rounds, epsilon_round=eps if self.released_rounds else None, delta_round=0.0,
-            epsilon=eps * draws if self.released_rounds else None, delta=0.0 if self.released_rounds else None,
+            rounds=rounds, epsilon_round=eps if rounds else None, delta_round=0.0,
+            epsilon=eps * draws if rounds else None, delta=0.0 if rounds else None,
             guarantee="Section 3.1.1: eps-DP per token (Laplace, L1 sensitivity 1, include/exclude adjacency) "
                       "on the party's noisy count vectors, drawn once; per document eps x its length",
             document_guarantee=("none: the guarantee is per token, and a document of L tokens gets L x eps by group "

@@ -47,15 +47,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable
-from logging import INFO
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.common import log
-from flwr.serverapp import Grid
+from flwr.app import Array, ArrayRecord
 
 from flower_topics.errors import UserInputError
 from flower_topics.topic_model.model_file import MODEL_FILE, STATE_FILE, load_model
@@ -69,14 +65,11 @@ from flower_topics.models.ntm import (
     weighted_average,
 )
 from flower_topics.models.ntm_federated import build_model
-from flower_topics.privacy.accountants import RDPAccountant
 from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.strategies import ntm_privacy
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ntm as wire
 from flower_topics.wire.protocol import ReplyError, ReplySpec
-
-ACCOUNTANT = "RDP (opacus), per party"
-
 
 def embedding_size(model: str) -> int:
     """The dimension of a sentence-transformers model's embeddings (loaded offline, from its folder)."""
@@ -93,21 +86,6 @@ def embedding_size(model: str) -> int:
     encoder = SentenceTransformer(resolve_model(model or None), device="cpu", local_files_only=True)
     dimension = getattr(encoder, "get_embedding_dimension", None) or encoder.get_sentence_embedding_dimension
     return int(dimension())
-
-
-#: What an ``ntm`` run's document-level figure covers (DP-SGD, federated evaluation off).
-DOCUMENT_GUARANTEE = (
-    "the training rounds' DP-SGD per document (add/remove one document of a party; the largest epsilon a party "
-    "reported); the vocabulary is composed in when it is accounted ('private') or public (a file); federated "
-    "evaluation is off. A party's reported epsilon (a function of q = batch-size / D) tells the server its number "
-    "of documents D, which add/remove adjacency counts as private: read the figure for a party whose document "
-    "count is public")
-#: The same under secure aggregation (no party's epsilon reaches the server).
-SECURE_DOCUMENT_GUARANTEE = (
-    "the training rounds' DP-SGD per document (add/remove one document of a party), accounted by the server with "
-    "the parties' RDP accountant for every round sent at the largest sample rate a party may have (batch-size / "
-    "ntm.min-documents, or 1); the vocabulary is composed in when it is accounted ('private') or public (a file); "
-    "federated evaluation is off")
 
 
 class NTM(TopicStrategy):
@@ -144,7 +122,6 @@ class NTM(TopicStrategy):
         self.optimizer = make_optimizer(self.model, settings.optimizer, settings.learning_rate)
         self._scratch = self._network(seed=0)
         self.steps = 0
-        self.stopped: str | None = None
         self.party_epsilon: dict[int, float] = {}
         self.first_epsilon: dict[int, float] = {}
         self.epsilon_before = 0.0  # DP: the largest epsilon reported before a resume (flower_topics.run.checkpoint)
@@ -211,25 +188,6 @@ class NTM(TopicStrategy):
     def reply_spec(self) -> ReplySpec:
         """One finite float32 ``(1, P)`` row and the weight (and loss or epsilon) metrics."""
         return wire.reply_spec(self.ntm, self.vocab_size)
-
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-                        ) -> Iterable[Message]:
-        """The weights to the sampled parties; nothing once a stopping criterion was met."""
-        if self.stopped:
-            log(INFO, "configure_train: round %d skipped, training stopped (%s)", server_round, self.stopped)
-            return []
-        return super().configure_train(server_round, arrays, config, grid)
-
-    def carries_evaluation(self, server_round: int) -> bool:
-        """As the base's, but not once training stopped: the next round sends no training message to carry it."""
-        return not self.stopped and super().carries_evaluation(server_round)
-
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The base's screening and validation; after a stop, the model is kept without a warning."""
-        if self.stopped and not self.traffic.get(server_round):
-            return None, self.traffic_metrics(server_round)
-        return super().aggregate_train(server_round, replies)
 
     def decode_sum(self, server_round: int, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The secure sum as floats: the weighted update in update units (its integers / quantum), the rest as is."""
@@ -336,9 +294,8 @@ class NTM(TopicStrategy):
         self.first_epsilon = {int(n): float(e) for n, e in meta["first_epsilon"].items()}
         self.epsilon_before = float(meta["epsilon_before"])
 
-    def count_lost_release(self, release: Mapping[str, Any]) -> None:
-        """A round released and lost to a crash: one more round, and with DP one round's epsilon (basic composition)."""
-        self.record_lost_round(release.get("nodes", []))
+    def lost_release(self, release: Mapping[str, Any]) -> None:
+        """A round released and lost to a crash: with DP one round's epsilon more (basic composition)."""
         if self.ntm.dp:
             self.epsilon_before += max(self.first_epsilon.values(), default=0.0)
 
@@ -350,72 +307,9 @@ class NTM(TopicStrategy):
 
     # ------------------------------------------------------------ privacy
     def privacy_report(self) -> PrivacyReport:
-        """Without DP none; with DP, per document, the largest epsilon a party reported (its own RDP accounting)."""
-        rounds = sum(1 for t in self.traffic.values() if t.nodes_sampled)
-        if not self.ntm.dp:
-            what = ("the round's sum of the parties' gradients (or weights) is computed without noise; the server sees "
-                    "only that sum (secure aggregation)" if self.secure is not None else
-                    "each party's gradients (or weights) are sent without noise")
-            return PrivacyReport.no_mechanism(rounds=rounds, reason=f"ntm.dp=false (the paper's method): {what}")
-        steps = 1 if self.ntm.sync == "minibatch" else self.ntm.local_steps
-        if self.secure is not None:
-            return self._secure_privacy_report(rounds, steps)
-        epsilon = self.epsilon_before + max(self.party_epsilon.values(), default=0.0)
-        document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
-                                        document_guarantee=DOCUMENT_GUARANTEE)
-        evaluation = self.unaccounted_evaluation()
-        if evaluation is not None:
-            document = dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
-                                               f"{epsilon:.4g}, delta {self.ntm.dp_delta:g} per document)")
-        return PrivacyReport(
-            mechanism="gaussian (DP-SGD)", unit="document", accountant=ACCOUNTANT, rounds=rounds,
-            epsilon_round=max(self.first_epsilon.values(), default=0.0), delta_round=self.ntm.dp_delta,
-            epsilon=epsilon, delta=self.ntm.dp_delta,
-            guarantee="(eps, delta)-DP per document of a party (add/remove), DP-SGD with Poisson sampling at "
-                      "q = batch-size / D_l, per-document clipping and Gaussian noise; each party's epsilon from "
-                      "its own RDP accountant, the largest reported here (the server cannot check it)",
-            **document,
-            details={"noise_multiplier": self.ntm.noise_multiplier, "max_grad_norm": self.ntm.max_grad_norm,
-                     "dp_steps_per_round": steps, "parties_reporting": len(self.party_epsilon),
-                     "training_document_epsilon": epsilon})
-
-    def _epsilon(self, sample_rate: float, steps: int) -> float:
-        """Epsilon at ``dp-delta`` of ``steps`` DP-SGD steps at ``sample_rate`` (the parties' ``"rdp"`` accountant)."""
-        accountant = RDPAccountant()
-        accountant.step(noise_multiplier=self.ntm.noise_multiplier, sample_rate=sample_rate, steps=steps)
-        return accountant.get_epsilon(self.ntm.dp_delta)
-
-    def _secure_privacy_report(self, rounds: int, steps: int) -> PrivacyReport:
-        """With DP under secure aggregation: the parties' RDP accountant, run by the server.
-
-        Every round the server sent (lost ones included: ``rounds``) counts ``steps`` DP-SGD
-        steps for every party, each a Gaussian mechanism of noise multiplier ``sigma`` with
-        Poisson sampling at ``q = batch-size / min-documents`` (capped at 1; 1 when
-        ``min-documents`` is 0). RDP grows with ``q`` and with the steps, so this bounds the
-        epsilon every party's own accountant reaches (a party with fewer documents refused).
-        """
-        q = self.ntm.secure_sample_rate()
-        epsilon = self._epsilon(q, rounds * steps) if rounds else 0.0
-        document: dict[str, Any] = dict(document_epsilon=epsilon, document_delta=self.ntm.dp_delta,
-                                        document_guarantee=SECURE_DOCUMENT_GUARANTEE)
-        evaluation = self.unaccounted_evaluation()
-        if evaluation is not None:
-            document = dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
-                                               f"{epsilon:.4g}, delta {self.ntm.dp_delta:g} per document)")
-        return PrivacyReport(
-            mechanism="gaussian (DP-SGD)", unit="document", accountant="RDP (opacus), run by the server at the "
-            "largest sample rate a party may have", rounds=rounds,
-            epsilon_round=self._epsilon(q, steps), delta_round=self.ntm.dp_delta,
-            epsilon=epsilon, delta=self.ntm.dp_delta,
-            guarantee="(eps, delta)-DP per document of a party (add/remove), DP-SGD with Poisson sampling, "
-                      "per-document clipping and Gaussian noise at every party; accounted for every party at "
-                      f"q = {q:.4g} (batch-size / ntm.min-documents, capped at 1), which bounds each party's own "
-                      "accountant; each party adds the full noise, so it does not rely on the secure sum",
-            **document,
-            details={"noise_multiplier": self.ntm.noise_multiplier, "max_grad_norm": self.ntm.max_grad_norm,
-                     "dp_steps_per_round": steps, "sample_rate": q, "min_documents": self.ntm.min_documents,
-                     "training_document_epsilon": epsilon,
-                     "secure_aggregation": "the server sees only each round's sum of the parties' weighted updates "
-                                           f"(clipped to {self.ntm.secure_clip:g} per coordinate, quantized to 1/"
-                                           f"{self.ntm.quantum:g}), of their weights and clipped counts; no party's "
-                                           "epsilon, batch or document count"})
+        """Without DP none; with DP, per document, the largest epsilon a party reported (its own RDP accounting),
+        or under secure aggregation the parties' accountant run by the server (:mod:`.ntm_privacy`)."""
+        return ntm_privacy.privacy_report(self.ntm, rounds=self.rounds_released(), secure=self.secure is not None,
+                                          party_epsilon=self.party_epsilon, first_epsilon=self.first_epsilon,
+                                          epsilon_before=self.epsilon_before,
+                                          evaluation=self.unaccounted_evaluation())

@@ -36,13 +36,11 @@ paper's Theorem 1 and whether its premise holds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message
-from flwr.serverapp import Grid
+from flwr.app import Array, ArrayRecord
 
 from flower_topics.models.pctd import random_topic_word
 from flower_topics.models.seed_words import SeedPrior, config_seed_prior
@@ -58,6 +56,7 @@ from flower_topics.privacy.gaussian import (
 from flower_topics.privacy.document_level import EXAMPLE_LENGTHS, gaussian_document_epsilon, unit_count_sensitivity
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
+from flower_topics.strategies.releases import PartyReleases
 from flower_topics.wire import pctd as wire
 from flower_topics.wire.protocol import ReplySpec
 
@@ -121,8 +120,7 @@ class PCTD(TopicStrategy):
         self.prior: float | np.ndarray = pseudo_count if seeds is None else seeds.matrix(pseudo_count)
         self.tau = tau
         self.similarity = similarity if tau > 0 else None
-        self.releases: dict[int, int] = {}
-        self.releases_before = 0  # the worst party's releases before a resume (flower_topics.run.checkpoint)
+        self.releases = PartyReleases()  # and the worst party's before a resume (flower_topics.run.checkpoint)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "PCTD":
@@ -153,41 +151,32 @@ class PCTD(TopicStrategy):
         """One finite ``K x V`` float statistic."""
         return wire.reply_spec(self.pctd, self.vocab_size)
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Send ``p(w|z)`` and the settings to the sampled parties; count the release for privacy."""
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        for msg in messages:
-            node = msg.metadata.dst_node_id
-            self.releases[node] = self.releases.get(node, 0) + 1
-        return messages
+    def released(self, server_round: int, nodes: Sequence[int]) -> None:
+        """One more release for each of ``nodes`` (its statistic of the round)."""
+        self.releases.add(nodes)
 
     @property
-    def rounds_released(self) -> int:
+    def party_rounds(self) -> int:
         """The most rounds any one party was asked to release in (the worst party's T), plus, after a resume,
         the worst party's count before it (node ids may change, so the two are added: never fewer)."""
-        return self.releases_before + max(self.releases.values(), default=0)
+        return self.releases.worst
 
     # ------------------------------------------------------------ checkpoint
     def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The releases per party (p(w|z) is the global array; a party's p(z|d) is recomputed by its E-step)."""
-        return {}, {"releases": {str(n): c for n, c in self.releases.items()}, "releases_before": self.releases_before}
+        return {}, self.releases.state()
 
     def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         """Restore :meth:`checkpoint_state`."""
-        self.releases = {int(n): int(c) for n, c in meta["releases"].items()}
-        self.releases_before = int(meta["releases_before"])
+        self.releases = PartyReleases.from_state(meta)
 
-    def count_lost_release(self, release: Mapping[str, Any]) -> None:
+    def lost_release(self, release: Mapping[str, Any]) -> None:
         """A round released and lost to a crash: one more release for every party."""
-        self.record_lost_round(release.get("nodes", []))
-        self.releases_before += 1
+        self.releases.lost()
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Fold the per-party counts into the offset (the parties of a new Flower run may get new node ids)."""
-        self.releases_before += max(self.releases.values(), default=0)
-        self.releases = {}
+        self.releases.fold()
 
     def decode_sum(self, server_round: int, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The secure sum in counts: its integers divided by the quantum."""
@@ -222,7 +211,7 @@ class PCTD(TopicStrategy):
         arrived (it released when it computed ``M_t``); the unit of privacy is the paper's:
         one word occurrence of one document (sensitivity 1 on the unit counts).
         """
-        sigma, rounds = self.pctd.sigma, self.rounds_released
+        sigma, rounds = self.pctd.sigma, self.party_rounds
         if sigma == 0:
             return PrivacyReport.no_mechanism(rounds=rounds, reason="pctd.sigma=0: each party's statistic M_t is "
                                               "sent without noise", sigma=0.0)
