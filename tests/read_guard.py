@@ -8,8 +8,9 @@ An audit hook (``sys.addaudithook``) sees every ``open`` (``open``, ``io.open``,
 folder listing (``os.listdir``, ``os.scandir``) in the test process. A path is recorded when it lies under the
 repository's parent folder but outside the repository, and is none of: the Python installation and its
 site-packages (a virtual environment beside the checkout), the temporary folder, a hidden entry of the parent
-folder (``~/.cache``, ``~/.config`` of a checkout in the home folder) or, where the parent is ``/``, the system's
-own folders. A test with recorded reads (since the previous test's end: its module fixtures included) fails at
+folder (``~/.cache``, ``~/.config`` of a checkout in the home folder), the parent folder itself (a listing or a
+directory handle of it holds no sibling's data; libraries make them in a full run) or, where the parent is ``/``,
+the system's own folders. A test with recorded reads (since the previous test's end: its module fixtures included) fails at
 its teardown, naming them. Processes the tests start are not watched.
 """
 
@@ -20,6 +21,7 @@ import site
 import sys
 import sysconfig
 import tempfile
+import traceback
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,7 @@ class ReadGuard:
         self.watched = {p.rstrip(os.sep) + os.sep for p in _variants(watched)}
         self.allowed = tuple(sorted({p.rstrip(os.sep) + os.sep for a in allowed for p in _variants(a)}))
         self.reads: list[str] = []
+        self.where: dict[str, str] = {}  # a recorded path: the code that read it (the innermost frames)
         self.active = False
 
     def check(self, path: object) -> None:
@@ -60,8 +63,13 @@ class ReadGuard:
         if candidate.startswith(tuple(self.root)) or candidate.startswith(self.allowed):
             return
         for watched in self.watched:
-            if candidate.startswith(watched) and not candidate[len(watched):].startswith("."):
+            below = candidate[len(watched):]
+            if candidate.startswith(watched) and below and not below.startswith("."):  # a sibling's file or folder
                 self.reads.append(absolute)
+                if absolute not in self.where:
+                    frames = traceback.extract_stack()[:-2][-4:]  # the guard's own frames (check, hook) left out
+                    self.where[absolute] = " < ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                                                      for f in reversed(frames))
                 return
 
     def hook(self, event: str, args: tuple) -> None:
@@ -72,6 +80,10 @@ class ReadGuard:
         """The reads recorded since the last call (in order, each once), forgotten."""
         reads, self.reads = list(dict.fromkeys(self.reads)), []
         return reads
+
+    def described(self, reads: list[str]) -> str:
+        """``reads`` with the code that read each (forgotten here)."""
+        return "; ".join(f"{path} (by {self.where.pop(path, '?')})" for path in reads)
 
 
 def default_guard(root: Path = ROOT) -> ReadGuard:
@@ -108,5 +120,5 @@ def no_reads_beside_the_repository():
     reads = GUARD.take()
     if reads:
         pytest.fail(f"read {len(reads)} path(s) outside the repository {ROOT} (tests read only what it ships: "
-                    f"the embedded corpus, the synthetic corpus, tests/fixtures): {', '.join(reads[:5])}",
+                    f"the embedded corpus, the synthetic corpus, tests/fixtures): {GUARD.described(reads[:5])}",
                     pytrace=False)

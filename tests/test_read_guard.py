@@ -23,11 +23,10 @@ def test_the_guard_records_reads_beside_the_repository_only(tmp_path):
                  tmp_path / ".cache" / "numba", 3, "/usr/lib/python3/os.py"):
         guard.check(path)
     assert guard.take() == []
+    guard.check(tmp_path)  # the parent folder itself (a listing of it): no sibling's data
     guard.check(tmp_path / "corpora" / "corpus.jsonl")
     guard.check(os.fsencode(tmp_path / "repo-data"))  # a sibling whose name starts with the repository's
-    guard.check(tmp_path)  # the parent folder itself (a listing)
-    assert guard.take() == [str(tmp_path / "corpora" / "corpus.jsonl"), str(tmp_path / "repo-data"),
-                            str(tmp_path)]
+    assert guard.take() == [str(tmp_path / "corpora" / "corpus.jsonl"), str(tmp_path / "repo-data")]
     assert guard.take() == []
 
 
@@ -48,7 +47,9 @@ def test_this_process_records_a_read_of_the_sibling_folder():
         open(probe, encoding="utf-8")  # noqa: SIM115
     with pytest.raises(OSError):
         os.listdir(SIBLING / "no-such-folder-of-the-read-guard")
-    assert GUARD.take() == [str(probe), str(SIBLING / "no-such-folder-of-the-read-guard")]  # taken: no failure
+    reads = GUARD.take()  # taken: this test does not fail
+    assert reads == [str(probe), str(SIBLING / "no-such-folder-of-the-read-guard")]
+    assert GUARD.described(reads).count("test_read_guard.py:") == 2  # each names the line that read it
 
 
 def test_a_test_that_reads_beside_the_repository_fails(tmp_path):
