@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from flower_topics.data.corpus_cache import CACHE_ENV
+# A test that reads a file beside the repository (a corpus in a sibling folder) fails: tests read what it ships
+from tests.read_guard import no_reads_beside_the_repository, pytest_configure, pytest_unconfigure  # noqa: F401
 
 
 @pytest.fixture(autouse=True, scope="session")

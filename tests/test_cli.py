@@ -19,6 +19,8 @@ from flower_topics.run.outputs import read_metrics
 TINY = ["--dataset", "synthetic", "--set", "synthetic-nodes=2", "--set", "synthetic-topics=4", "--set", "synthetic-shared-topics=2",
         "--set", "synthetic-vocab-size=50", "--set", "synthetic-docs-per-node=25",
         "--set", "synthetic-doc-min-length=20", "--set", "synthetic-doc-max-length=30"]
+#: An OCTIS folder of real text (96 Debian descriptions of the embedded corpus; tests/fixtures/make_octis.py)
+OCTIS = Path(__file__).resolve().parent / "fixtures" / "octis_debian"
 
 
 def _simulate(out: Path, mode: str, *extra: str) -> int:
@@ -97,14 +99,12 @@ def test_evaluate_eval_alpha_scores_with_that_fold_in_prior(tmp_path, capsys):
 
 
 def test_evaluate_a_real_octis_corpus(tmp_path, capsys):
-    bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
-    from flower_topics.data import load_corpus
     from flower_topics.topic_model.model_file import TopicModel, save_model
 
-    vocab = load_corpus(bbc).vocabulary
+    vocab = tuple((OCTIS / "vocabulary.txt").read_text(encoding="utf-8").split())
     uniform = TopicModel(np.full((3, len(vocab)), 1.0 / len(vocab)), vocab, metadata={})
     save_model(tmp_path / "m.npz", uniform)
-    assert main(["evaluate", "--model", str(tmp_path / "m.npz"), "--corpus", str(bbc)]) == 0
+    assert main(["evaluate", "--model", str(tmp_path / "m.npz"), "--corpus", str(OCTIS)]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["perplexity"] == pytest.approx(len(vocab), rel=1e-9)  # a uniform model's perplexity is V
 
@@ -145,24 +145,24 @@ def test_console_script_exit_status(tmp_path):
 
 def test_evaluate_scores_an_export_with_only_topic_word_and_vocabulary(tmp_path, capsys):
     """A tomotopy or gensim export: float32 rows, no metadata; the documented defaults apply."""
-    bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
-    from flower_topics.data import load_corpus
-
-    vocab = load_corpus(bbc).vocabulary
+    vocab = (OCTIS / "vocabulary.txt").read_text(encoding="utf-8").split()
     rng = np.random.default_rng(0)
     phi = rng.dirichlet(np.full(len(vocab), 0.1), size=4).astype(np.float32)
     np.savez(tmp_path / "export.npz", topic_word=phi, vocabulary=np.array(vocab))
-    assert main(["evaluate", "--model", str(tmp_path / "export.npz"), "--corpus", str(bbc)]) == 0
+    assert main(["evaluate", "--model", str(tmp_path / "export.npz"), "--corpus", str(OCTIS)]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["coverage"] == 1.0 and metrics["perplexity"] > 0 and -1 <= metrics["npmi"] <= 1
 
 
 def test_evaluate_refuses_a_corpus_the_model_barely_covers(tmp_path, capsys):
-    bbc = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "BBC_News"
     np.savez(tmp_path / "other.npz", topic_word=np.full((2, 3), 1 / 3), vocabulary=np.array(["film", "zzz", "qqq"]))
-    assert main(["evaluate", "--model", str(tmp_path / "other.npz"), "--corpus", str(bbc)]) == 2
+    assert main(["evaluate", "--model", str(tmp_path / "other.npz"), "--corpus", str(OCTIS)]) == 2
     err = capsys.readouterr().err
-    assert "the model's vocabulary covers 0." in err and "of the corpus' tokens" in err and "--min-coverage" in err
+    tokens = [line.split("\t")[0].split() for line in (OCTIS / "corpus.tsv").read_text(encoding="utf-8").splitlines()]
+    films, total = sum(doc.count("film") for doc in tokens), sum(map(len, tokens))
+    assert 0 < films < 0.001 * total  # "film" is a word of the corpus, a rare one
+    assert f"the model's vocabulary covers 0.0% of the corpus' tokens ({films} of {total})" in err
+    assert "--min-coverage" in err
 
 
 def test_evaluate_takes_the_reading_options_a_corpus_needs(tmp_path, capsys):

@@ -20,10 +20,10 @@ from flower_topics.data import (
     training_corpus,
     write_split,
 )
+from flower_topics.data.embedded import EMBEDDED_PATH
 from flower_topics.errors import UserInputError
 
 FIXTURES = Path(__file__).parent / "fixtures"
-DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
 
 def all_words(corpus) -> list[list[str]]:
@@ -49,29 +49,59 @@ def test_octis_ignores_preprocess_config_and_accepts_the_tsv_path():
     assert corpus.n_docs == 4
 
 
-def test_bbc_news_loads_with_its_partition():
-    corpus = load_corpus(DATASETS / "BBC_News")
-    metadata = json.loads((DATASETS / "BBC_News" / "metadata.json").read_text())
-    assert (corpus.n_docs, corpus.n_words) == (2225, 2949)
-    assert (metadata["total_documents"], metadata["vocabulary_length"]) == (2225, 2949)
-    assert corpus.vocabulary[:3] == ("sale", "boost", "profit")  # vocabulary.txt order, not alphabetical
-    assert set(corpus.labels) == set(metadata["labels"])
-    # Partitions are contiguous train, val, test blocks. corpus.tsv holds 1556 train and 334
-    # val documents; BBC's metadata.json says 1557 / 1891, one more than its own corpus.tsv.
+def _octis_rows(folder: Path) -> list[list[str]]:
+    """corpus.tsv's lines split by hand: tokens, partition, label."""
+    return [line.split("\t") for line in (folder / "corpus.tsv").read_text(encoding="utf-8").splitlines()]
+
+
+def test_an_octis_dataset_of_real_text_loads_with_its_partition():
+    """An OCTIS folder as OCTIS publishes them (tests/fixtures/make_octis.py: 96 Debian descriptions)."""
+    folder = FIXTURES / "octis_debian"
+    corpus = load_corpus(folder)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    rows = _octis_rows(folder)
+    words = (folder / "vocabulary.txt").read_text(encoding="utf-8").split()
+    distinct = {w for row in rows for w in row[0].split()}
+    assert (corpus.n_docs, corpus.n_words) == (len(rows), len(words)) == (96, len(distinct))  # 12 x 8 sections
+    assert (metadata["total_documents"], metadata["vocabulary_length"]) == (96, len(distinct))
+    assert corpus.vocabulary == tuple(words) != tuple(sorted(words))  # vocabulary.txt order, not alphabetical
+    assert list(corpus.vocabulary[:3]) == list(dict.fromkeys(rows[0][0].split()))[:3]  # the first document's words
+    assert set(corpus.labels) == set(metadata["labels"]) == {row[2] for row in rows}
+    assert Counter(corpus.labels) == {label: 12 for label in metadata["labels"]}  # 12 of each of the 8 sections
+    assert corpus.words(0) == rows[0][0].split()
+    # Partitions are contiguous train, val, test blocks: 67 (70 % of 96, rounded), 14 and 15 documents
     split = corpus.split
-    assert Counter(split) == {"train": 1556, "val": 334, "test": 335}
-    assert (split[:1556] == "train").all() and (split[1556:1890] == "val").all() and (split[1890:] == "test").all()
-    assert abs(metadata["last-training-doc"] - 1556) <= 1 and abs(metadata["last-validation-doc"] - 1890) <= 1
-    assert corpus.n_tokens == pytest.approx(metadata["words_document_mean"] * 2225, rel=1e-3)
+    assert Counter(split) == {"train": 67, "val": 14, "test": 15}
+    assert (split[:67] == "train").all() and (split[67:81] == "val").all() and (split[81:] == "test").all()
+    assert (metadata["last-training-doc"], metadata["last-validation-doc"]) == (67, 81)
+    assert corpus.n_tokens == sum(len(row[0].split()) for row in rows)
+    assert corpus.n_tokens == pytest.approx(metadata["words_document_mean"] * 96, rel=1e-12)
 
 
-def test_m10_split_counts_match_metadata():
-    corpus = load_corpus(DATASETS / "M10")
-    metadata = json.loads((DATASETS / "M10" / "metadata.json").read_text())
-    assert (corpus.n_docs, corpus.n_words) == (8355, 1696)
+def test_a_synthetic_octis_dataset_split_counts_match_metadata():
+    folder = FIXTURES / "octis_synthetic"
+    corpus = load_corpus(folder)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    rows = _octis_rows(folder)
+    assert len(rows) == corpus.n_docs == metadata["total_documents"] == 60  # 3 nodes of 20 documents
+    assert corpus.n_words == len({w for row in rows for w in row[0].split()}) == metadata["vocabulary_length"]
     counts = Counter(corpus.split)
+    assert counts == {"train": 36, "val": 12, "test": 12}  # 60 %, 20 %, 20 % of 60
     assert counts["train"] == metadata["last-training-doc"]
     assert counts["train"] + counts["val"] == metadata["last-validation-doc"]
+    assert sorted(set(corpus.labels)) == ["node-0", "node-1", "node-2"] == metadata["labels"]
+
+
+def test_the_octis_fixtures_are_what_their_script_writes(tmp_path):
+    """tests/fixtures/make_octis.py rebuilds both folders byte for byte (from the embedded and synthetic corpora)."""
+    from tests.fixtures.make_octis import main as make_octis
+
+    make_octis(tmp_path)
+    for name in ("octis_debian", "octis_synthetic"):
+        made = sorted(p.name for p in (tmp_path / name).iterdir())
+        assert made == sorted(p.name for p in (FIXTURES / name).iterdir())
+        for file in made:
+            assert (tmp_path / name / file).read_bytes() == (FIXTURES / name / file).read_bytes(), (name, file)
 
 
 # ------------------------------------------------------------- raw text formats
@@ -102,11 +132,12 @@ def test_jsonl_custom_columns_and_no_labels(tmp_path):
     assert corpus.vocabulary == ("alpha", "beta", "delta", "gamma")
 
 
-def test_debian_descriptions_loads_with_labels():
-    corpus = load_corpus(DATASETS / "debian_descriptions" / "corpus.jsonl")
-    assert corpus.n_docs > 5400
-    assert len(set(corpus.labels)) == 20 and {"games", "science", "net"} <= set(corpus.labels)
+def test_the_embedded_debian_descriptions_load_with_labels():
+    corpus = load_corpus(EMBEDDED_PATH)
+    assert corpus.n_docs == 1346  # none is only stopwords
+    assert sorted(set(corpus.labels)) == ["database", "fonts", "games", "graphics", "mail", "math", "science", "sound"]
     assert corpus.split is None
+    # "Real-time strategy game of ancient warfare." (0ad's, the file's first line): "of" is a stopword
     assert corpus.words(0)[:6] == ["real", "time", "strategy", "game", "ancient", "warfare"]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flower_topics.data.embedded import EMBEDDED_PATH
 from flower_topics.simulations.local_superlink import submit
 from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import read_metrics
@@ -42,9 +43,9 @@ from tests.deployment import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DEBIAN = ROOT.parent / "shared" / "datasets" / "debian_descriptions" / "corpus.jsonl"
+DEBIAN = EMBEDDED_PATH  # the embedded corpus: 1,346 Debian descriptions of 8 sections (at least 104 in each)
 PER_LABEL = 75  # documents per Debian section: 150 per party
-PARTY_LABELS = {"a": ("games", "science"), "b": ("net", "admin")}
+PARTY_LABELS = {"a": ("games", "science"), "b": ("sound", "mail")}
 NO_CORPUS = "/nonexistent/server-has-no-corpus"
 AGREED = "agreed"  # fedlda and pctd read the vocabulary lda's run agreed on (its output's vocabulary.txt)
 RUNS = {

@@ -5,13 +5,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 
+from flower_topics.data.embedded import EMBEDDED_PATH
 from flower_topics.data.preprocessing import PreprocessConfig, preprocess
-
-DEBIAN = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "debian_descriptions" / "corpus.jsonl"
 
 
 def test_sentences_end_at_punctuation_and_line_breaks():
@@ -28,7 +26,8 @@ def test_dropped_words_move_a_sentence_start_and_empty_sentences_vanish():
 
 
 def test_debian_descriptions_tokens_are_unchanged_and_have_sentences():
-    texts = [json.loads(line)["text"] for line in itertools.islice(DEBIAN.open(encoding="utf-8"), 200)]
+    with EMBEDDED_PATH.open(encoding="utf-8") as lines:  # the embedded corpus: Debian descriptions
+        texts = [json.loads(line)["text"] for line in itertools.islice(lines, 200)]
     config = PreprocessConfig(stopwords=None)
     corpus, _ = preprocess(texts, config)
     pattern = re.compile(config.token_pattern)

@@ -31,7 +31,7 @@ def _chromium() -> str:
         if found:
             return found
     pytest.fail("Chromium is not installed, and the report test renders the page in a real browser: install it "
-                "(Debian/Ubuntu: apt-get install -y chromium; .ci/run does this when it is missing)")
+                "(Debian/Ubuntu: apt-get install -y chromium; the README's test command does this when it is missing)")
 
 
 def _browser(tmp_path, *args: str) -> subprocess.CompletedProcess:
