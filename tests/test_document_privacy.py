@@ -25,7 +25,7 @@ from flower_topics.privacy.document_level import (
     unit_count_sensitivity,
 )
 from flower_topics.privacy.gaussian import DEFAULT_ORDERS
-from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
 from flower_topics.privacy.set_union import privacy_summary
 from flower_topics.federation.server_app import RoundRecorder
 from flower_topics.strategies.pctd import PCTD
@@ -235,3 +235,15 @@ def test_dplda_reports_its_whole_run_figure_as_the_document_figure():
     assert report.document_delta == pytest.approx(1e-5 - 1e-6)
     run = report.with_release(_vocabulary_release(0.5, 1e-6))  # what the ServerApp composes in
     assert run.document_epsilon == pytest.approx(report.epsilon + 0.5) and run.document_delta == pytest.approx(1e-5)
+
+
+def test_no_document_guarantee_is_one_typed_reason_written_as_before():
+    absent = NoDocumentGuarantee("no privacy mechanism")
+    assert str(absent) == "none: no privacy mechanism"
+    assert NoDocumentGuarantee.parse(str(absent)) == absent
+    assert NoDocumentGuarantee.parse("every training round (PLD)") is None
+    report = PrivacyReport.no_mechanism(reason="counts sent in the clear")
+    assert report.document_guarantee == "none: counts sent in the clear"
+    voided = report.without_document_guarantee("the union vocabulary agreement")
+    assert NoDocumentGuarantee.parse(voided.document_guarantee) == NoDocumentGuarantee(
+        "counts sent in the clear; also the union vocabulary agreement is not accounted")

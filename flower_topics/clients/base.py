@@ -2,7 +2,7 @@
 "last applied round" protocol.
 
 A method's client module exposes one :class:`LocalStep`: the dataclass of what the party
-keeps between rounds (``context.state`` in Flower; arrays and integers only), the
+keeps between rounds (``context.state`` in Flower; typed fields, :mod:`flower_topics.clients.state`), the
 function that runs one round on the party's documents, and, for a method whose replies
 can go through secure aggregation, the check that its reply fits the secure sum's range.
 The ClientApp routes a ``train.<method>`` message to :meth:`LocalStep.train`; the step
@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
+from flower_topics.clients.state import field_types
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.privacy.ledger import Release
@@ -59,8 +60,9 @@ class LocalStep:
     Parameters
     ----------
     state : type
-        Dataclass of what the party keeps between rounds; every field has a default
-        and holds a numpy array, None or an int.
+        Dataclass of what the party keeps between rounds; every field has a default and declares
+        a numpy array, int, float, bool or str, or one of them ``| None``
+        (:data:`flower_topics.clients.state.SUPPORTED`); another type is refused when the step is defined.
     run : callable
         ``run(arrays, settings, corpus, state, seed, party) -> (arrays, metrics)``: one round on
         the party's training documents, given the message's :class:`~flwr.app.ArrayRecord`
@@ -93,6 +95,9 @@ class LocalStep:
     accounted: Callable[[ConfigRecord, Corpus], tuple[Release, ...] | None] = unaccounted
     prevalence: Callable[[np.ndarray, np.ndarray, int, ConfigRecord, Any, int, PartyFacts],
                          tuple[np.ndarray, tuple[Release, ...] | None]] = plain_prevalence
+
+    def __post_init__(self) -> None:
+        field_types(self.state)  # refuses, in one line, a state field that could not be kept between rounds
 
     def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int,
               party: PartyFacts = NO_PARTY) -> Update:

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import functools
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from logging import ERROR, INFO
-from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
@@ -47,6 +47,7 @@ from flwr.common import log
 from flower_topics import secure_sum
 from flower_topics.federation import message_timing, party_ledger, party_side, party_state
 from flower_topics.run.config import OPTIONS, parse_run_config
+from flower_topics.clients.state import load_state, save_state
 from flower_topics.data.corpus import Corpus
 from flower_topics.data.node_data import NODE_OPTIONS, NodeDocuments, load_node_documents, node_options
 from flower_topics.data.prepare import is_data_key
@@ -63,7 +64,6 @@ from flower_topics.wire.protocol import (ARRAYS, BAD_INPUT, CARRIED, CONFIG, MET
 if TYPE_CHECKING:
     from flower_topics.evaluation.federated import PartyScorer
 
-S = TypeVar("S")
 PARTITION_KEYS = ("partition", "dirichlet-alpha", "partition-sizes", "label-groups")
 #: Where a node keeps the agreed vocabulary in ``context.state``.
 VOCABULARY_STATE = "vocabulary"
@@ -155,25 +155,6 @@ def agreed_documents(context: Context, config: Mapping[str, Any], fingerprint: s
             corpus = documents.on_vocabulary(split_words(str(record["words"])), int(config["min-doc-length"]))
             _AGREED[key] = AgreedDocuments(corpus.select_split("train", "val"), corpus.select_split("test"))
     return _AGREED[key]
-
-
-def load_state(context: Context, name: str, state: S) -> S:
-    """Fill the dataclass ``state`` from ``context.state[name]`` (arrays) and ``[name-meta]`` (integers)."""
-    if name in context.state.array_records:
-        arrays, meta = context.state[name], context.state[f"{name}-meta"]
-        for item in fields(state):
-            if item.name in arrays:
-                setattr(state, item.name, arrays[item.name].numpy())
-            elif item.name in meta:
-                setattr(state, item.name, int(meta[item.name]))
-    return state
-
-
-def save_state(context: Context, name: str, state: Any) -> None:
-    """Keep the dataclass ``state`` in ``context.state``: its arrays (None left out) and its integers."""
-    values = {item.name: getattr(state, item.name) for item in fields(state)}
-    context.state[name] = ArrayRecord({k: Array(v) for k, v in values.items() if isinstance(v, np.ndarray)})
-    context.state[f"{name}-meta"] = ConfigRecord({k: v for k, v in values.items() if isinstance(v, int)})
 
 
 def client_seed(config: Mapping[str, Any], partition_id: int) -> int:

@@ -11,7 +11,8 @@ DP-SGD and DP-SVI) and the guarantee on the unit a data-protection officer signs
 document of one party, over the whole run, every release that depends on the party's
 documents composed. Where no such bound exists (no mechanism, a per-token mechanism and
 documents of unbounded length, a delta of 1, a release nobody accounts for), the document
-figures are None and ``document_guarantee`` starts with ``"none: "`` and says why.
+figures are None and ``document_guarantee`` is a :class:`NoDocumentGuarantee`'s text:
+``"none: "`` and why.
 """
 
 from __future__ import annotations
@@ -19,12 +20,34 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 Unit = Literal["none", "token", "document", "party"]
 
-#: How a ``document_guarantee`` without a document-level bound begins.
-NONE = "none: "
+
+@dataclass(frozen=True)
+class NoDocumentGuarantee:
+    """There is no document-level bound, and why; written in a report as ``"none: <reason>"``.
+
+    Parameters
+    ----------
+    reason : str
+        Why no (eps, delta) bounds adding or removing one document of a party.
+    """
+
+    reason: str
+    #: How the text of a ``document_guarantee`` without a document-level bound begins.
+    PREFIX: ClassVar[str] = "none: "
+
+    def __str__(self) -> str:
+        return f"{self.PREFIX}{self.reason}"
+
+    @classmethod
+    def parse(cls, document_guarantee: str) -> "NoDocumentGuarantee | None":
+        """The absent guarantee a report's ``document_guarantee`` text states, or None when it states a bound."""
+        if document_guarantee.startswith(cls.PREFIX):
+            return cls(document_guarantee.removeprefix(cls.PREFIX))
+        return None
 
 
 @dataclass(frozen=True)
@@ -53,7 +76,7 @@ class PrivacyReport:
         release that depends on its documents composed; None where there is none.
     document_guarantee : str
         What the document figures cover (which releases, which accountant, whom it holds
-        against), or ``"none: "`` and why there is no document-level bound.
+        against), or a :class:`NoDocumentGuarantee`'s text (``"none: "`` and why there is no document-level bound).
     details : Mapping
         Method-specific figures (e.g. eta, the number of tuples per document, the RDP
         order), written flat beside the fields above.
@@ -81,14 +104,14 @@ class PrivacyReport:
                 raise ValueError("document_epsilon must be >= 0 and document_delta in [0, 1]")
             if self.document_delta >= 1:
                 raise ValueError("a document_delta of 1 is no guarantee: give None and say why in document_guarantee")
-            if self.document_guarantee.startswith(NONE):
+            if NoDocumentGuarantee.parse(self.document_guarantee) is not None:
                 raise ValueError("a document-level figure with a 'none' document_guarantee")
 
     @classmethod
     def no_mechanism(cls, rounds: int = 0, reason: str = "no privacy mechanism", **details: Any) -> "PrivacyReport":
         """The report of a run without a privacy mechanism (``reason``: what is sent instead)."""
         return cls(mechanism="none", unit="none", accountant="none (no privacy mechanism)", rounds=rounds,
-                   guarantee="none", document_guarantee=f"{NONE}{reason}", details=details)
+                   guarantee="none", document_guarantee=str(NoDocumentGuarantee(reason)), details=details)
 
     @property
     def has_document_guarantee(self) -> bool:
@@ -115,13 +138,14 @@ class PrivacyReport:
         composed in: no document-level bound is left, and the guarantee says which release voids it."""
         reason = f"{release} is not accounted"
         if not self.has_document_guarantee:
-            previous = self.document_guarantee.removeprefix(NONE)
+            absent = NoDocumentGuarantee.parse(self.document_guarantee)
+            previous = absent.reason if absent is not None else self.document_guarantee
             reason = f"{previous}; also {reason}" if previous else reason
         else:
             reason = (f"{reason} (without it: eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g}: "
                       f"{self.document_guarantee})")
         return dataclasses.replace(self, document_epsilon=None, document_delta=None,
-                                   document_guarantee=f"{NONE}{reason}")
+                                   document_guarantee=str(NoDocumentGuarantee(reason)))
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, with ``details`` written flat beside them (a detail never overrides a field)."""
@@ -172,13 +196,13 @@ class PrivacyReport:
             return {}
         if theirs is None:
             return dict(document_epsilon=None, document_delta=None,
-                        document_guarantee=f"{NONE}the {other.mechanism} release is per {other.unit}, which implies "
-                                           f"no per-document bound (without it: eps {self.document_epsilon:.4g}, "
-                                           f"delta {self.document_delta:.3g})")
+                        document_guarantee=str(NoDocumentGuarantee(
+                            f"the {other.mechanism} release is per {other.unit}, which implies no per-document bound "
+                            f"(without it: eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g})")))
         delta = self.document_delta + theirs[1]
         if delta >= 1:
             return dict(document_epsilon=None, document_delta=None,
-                        document_guarantee=f"{NONE}composed delta {delta:.3g} >= 1")
+                        document_guarantee=str(NoDocumentGuarantee(f"composed delta {delta:.3g} >= 1")))
         return dict(document_epsilon=self.document_epsilon + theirs[0], document_delta=delta,
                     document_guarantee=f"{self.document_guarantee}; plus the {other.mechanism} release "
                                        f"(eps {theirs[0]:.4g}, delta {theirs[1]:.3g}), basic composition")
@@ -217,7 +241,7 @@ class PrivacyReport:
             document = (f"eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g} for adding or removing "
                         f"one document of one party, over the whole run: {self.document_guarantee}")
         else:
-            document = self.document_guarantee or f"{NONE}no document-level bound was reported"
+            document = self.document_guarantee or str(NoDocumentGuarantee("no document-level bound was reported"))
         if self.epsilon is None:
             method = f"no privacy mechanism: what the parties send is not randomized ({self.rounds} rounds)"
         else:

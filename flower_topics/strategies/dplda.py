@@ -59,7 +59,7 @@ from flower_topics.models.lda import fit_lda
 from flower_topics.models.seed_words import SeedPrior, config_seed_prior
 from flower_topics.models.svi_seeds import seeded_start
 from flower_topics.privacy.accountants import Budget, PLDAccountant, SkellamAccountant
-from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import dplda as wire
 from flower_topics.wire.prevalence import UNITS as PREVALENCE_UNITS
@@ -376,8 +376,8 @@ class DPLDA(TopicStrategy):
                                     f"{', the topic-prevalence release' if prevalence else ''} and, composed in by "
                                     f"the ServerApp, the vocabulary agreement when it is 'private'; {trust}")
             if evaluation is None else
-            dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps {epsilon:.4g}, "
-                                    f"delta {delta_rounds:g} per document)"))
+            dict(document_guarantee=str(NoDocumentGuarantee(f"{evaluation} is not accounted (training alone: eps "
+                                                            f"{epsilon:.4g}, delta {delta_rounds:g} per document)"))))
         return PrivacyReport(
             mechanism=f"{mechanism}, sigma {sigma:.4g}, q {q:g}, C {self.dplda.clip:g}",
             unit="document",

@@ -56,7 +56,7 @@ from flower_topics.models.seed_words import SeedPrior, config_seed_prior
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
 from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
-from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.strategies.releases import PartyReleases
 from flower_topics.wire import fedlda as wire
@@ -324,7 +324,7 @@ class FedLDA(TopicStrategy):
 
 
 def document_guarantee(tuples_per_document: int, rounds: int, tuple_delta: float, document_delta: float) -> str:
-    """Why FedLDA gives no document-level bound for the whole run (always ``"none: ..."``).
+    """Why FedLDA gives no document-level bound for the whole run (a :class:`NoDocumentGuarantee`'s text).
 
     The randomizer perturbs only a tuple's word: its old and new topics are sent as they
     are, and both depend on the document's words (the new topic is drawn from the Gibbs or
@@ -337,5 +337,6 @@ def document_guarantee(tuples_per_document: int, rounds: int, tuple_delta: float
              f"document and {rounds} round(s) to delta {document_delta:.3g} per document")
     if document_delta >= 1:
         words += " (no guarantee even for the words alone)"
-    return (f"none: {words}; and each tuple's old and new topics leave unperturbed, drawn from the document's own "
-            "words, so the tuples are not private as a whole whatever the word randomizer gives")
+    return str(NoDocumentGuarantee(f"{words}; and each tuple's old and new topics leave unperturbed, drawn from the "
+                                   "document's own words, so the tuples are not private as a whole whatever the "
+                                   "word randomizer gives"))

@@ -36,7 +36,7 @@ from flwr.app import Array, ArrayRecord
 from flower_topics.models.ftm_merge import compose_local_models, integrate_local_models
 from flower_topics.models.topic_word import normalize_rows
 from flower_topics.privacy.document_level import EXAMPLE_LENGTHS, laplace_document_epsilon
-from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.wire import ftm as wire
 from flower_topics.wire.protocol import ReplyError, ReplySpec
@@ -179,8 +179,9 @@ class FTM(TopicStrategy):
             epsilon=eps * draws if rounds else None, delta=0.0 if rounds else None,
             guarantee="Section 3.1.1: eps-DP per token (Laplace, L1 sensitivity 1, include/exclude adjacency) "
                       "on the party's noisy count vectors, drawn once; per document eps x its length",
-            document_guarantee=("none: the guarantee is per token, and a document of L tokens gets L x eps by group "
-                                "privacy (pure); nothing bounds L (the server never sees a document's length)"),
+            document_guarantee=str(NoDocumentGuarantee(
+                "the guarantee is per token, and a document of L tokens gets L x eps by group privacy (pure); nothing "
+                "bounds L (the server never sees a document's length)")),
             details={"tau": self.ftm.tau, "epsilon_per_document": f"{eps:g} x document length",
                      "document_epsilon_at_length": {str(n): laplace_document_epsilon(eps, n) for n in EXAMPLE_LENGTHS},
                      "released_in_clear": "num-tokens: each party's token count, with every reply"})

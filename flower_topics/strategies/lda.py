@@ -44,6 +44,8 @@ tokens, so that none is counted twice.
 from __future__ import annotations
 
 import dataclasses
+import enum
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -71,6 +73,43 @@ def _check_counts(counts: np.ndarray) -> None:
     if counts.max() > wire.COUNT_LIMIT:
         raise ReplyError(f"the count change would take a global count above {wire.COUNT_LIMIT}")
 
+
+
+class ReplyKind(enum.Enum):
+    """After a resume, what a reply's change is summed into (:meth:`ADLDA.check_reply`)."""
+
+    #: A party that re-entered its tokens since the resume: the change moves its own counts.
+    OWN = "own"
+    #: A party that restarted without its state, sending its whole counts again: they enter its own counts.
+    ENTRY = "entry"
+    #: A party that kept its state: the change moves tokens of the checkpointed (carried) counts.
+    CARRIED = "carried"
+
+
+@dataclass
+class ResumedRound:
+    """One round's sums after a resume, kept while its replies pass and applied by :meth:`ADLDA.aggregate`.
+
+    Parameters
+    ----------
+    carried : np.ndarray
+        The carried counts with every ``carried`` change so far.
+    own : np.ndarray or None
+        The counts entered since the resume with every ``own`` and ``entry`` change so far (None: none yet).
+    entries : list of int
+        The nodes that sent their whole counts again this round.
+    entered : int
+        The tokens they entered.
+    """
+
+    carried: np.ndarray
+    own: np.ndarray | None = None
+    entries: list[int] = field(default_factory=list)
+    entered: int = 0
+
+    def own_or_zero(self) -> np.ndarray:
+        """The own counts, all zero when nothing was entered yet."""
+        return self.own if self.own is not None else np.zeros_like(self.carried)
 
 class ADLDA(TopicStrategy):
     """AD-LDA: federated collapsed Gibbs sampling that sums the parties' count changes.
@@ -100,7 +139,7 @@ class ADLDA(TopicStrategy):
         self._own: np.ndarray | None = None
         self._resumed = False
         self._known_nodes: set[int] = set()
-        self._round_parts: dict[str, Any] = {}
+        self._round_parts: ResumedRound | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "ADLDA":
@@ -164,9 +203,10 @@ class ADLDA(TopicStrategy):
         if self._round_sum is None or self._round_sum[0] != server_round:
             self._round_sum = (server_round, self._current[wire.COUNTS_KEY].numpy().astype(np.int64))
             if self._resumed:
-                self._round_parts = {"own": (self._own.copy() if self._own is not None else None),
-                                     "carried": self._round_sum[1].copy() if self.carried is None
-                                     else self.carried.carried.astype(np.int64), "entries": [], "entered": 0}
+                self._round_parts = ResumedRound(
+                    carried=(self._round_sum[1].copy() if self.carried is None
+                             else self.carried.carried.astype(np.int64)),
+                    own=self._own.copy() if self._own is not None else None)
         if not self._resumed and self.secure is None:  # the common case: add the changed cells only
             index, change = wire.decode_delta_entries(reply.arrays, self.lda, self.vocab_size)
             self._refuse_a_restart(reply, int(change.sum()))
@@ -185,19 +225,15 @@ class ADLDA(TopicStrategy):
             return
         kind = self._kind(reply, delta)
         parts = self._round_parts
-        if kind == "carried":
-            counts = parts["carried"] + delta
-        else:
-            own = parts["own"] if parts["own"] is not None else np.zeros_like(parts["carried"])
-            counts = own + delta
+        counts = (parts.carried if kind is ReplyKind.CARRIED else parts.own_or_zero()) + delta
         _check_counts(counts)
-        if kind == "carried":
-            parts["carried"] = counts
+        if kind is ReplyKind.CARRIED:
+            parts.carried = counts
         else:
-            parts["own"] = counts
-            if kind == "entry":
-                parts["entries"].append(reply.node_id)
-                parts["entered"] += int(reply.metrics["num-tokens"])
+            parts.own = counts
+            if kind is ReplyKind.ENTRY:
+                parts.entries.append(reply.node_id)
+                parts.entered += int(reply.metrics["num-tokens"])
 
     def _refuse_a_restart(self, reply: Reply, total_change: int) -> None:
         """A party that the server applied before and whose change adds exactly its token count sent its whole
@@ -207,16 +243,15 @@ class ADLDA(TopicStrategy):
             raise ReplyError("the party sent its whole counts again, which the global counts already hold (it "
                              "restarted without its state): rejected, so that no token is counted twice")
 
-    def _kind(self, reply: Reply, delta: np.ndarray) -> str:
-        """After a resume: ``own`` (a party that re-entered since), ``entry`` (a party sending its whole counts
-        again) or ``carried`` (a party that kept its state: its change moves tokens of the checkpointed counts)."""
+    def _kind(self, reply: Reply, delta: np.ndarray) -> ReplyKind:
+        """After a resume, what the reply's change is summed into (:class:`ReplyKind`)."""
         if reply.node_id in self.entered_nodes:
-            return "own"
+            return ReplyKind.OWN
         tokens = int(reply.metrics["num-tokens"])
         restarted = tokens > 0 and int(delta.sum()) == tokens and (
             self.carried is not None or reply.node_id not in self._known_nodes
             or self.last_applied.get(reply.node_id, 0) > 0)
-        return "entry" if restarted else "carried"
+        return ReplyKind.ENTRY if restarted else ReplyKind.CARRIED
 
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
@@ -227,16 +262,16 @@ class ADLDA(TopicStrategy):
         if not self._resumed:
             return counts_record(self._round_sum[1]), metrics
         parts = self._round_parts
-        if self.carried is None and not parts["entries"]:  # every party kept its state: exact continuation
+        if self.carried is None and not parts.entries:  # every party kept its state: exact continuation
             self._resumed = False
-            return counts_record(parts["carried"]), metrics
+            return counts_record(parts.carried), metrics
         if self.carried is None:
-            self.carried = CarriedCounts(parts["carried"], int(self._current[wire.COUNTS_KEY].numpy().sum()))
+            self.carried = CarriedCounts(parts.carried, int(self._current[wire.COUNTS_KEY].numpy().sum()))
         else:
-            self.carried.carried = parts["carried"]
-        self.carried.entered += parts["entered"]
-        self.entered_nodes.update(parts["entries"])
-        self._own = parts["own"] if parts["own"] is not None else np.zeros_like(parts["carried"])
+            self.carried.carried = parts.carried
+        self.carried.entered += parts.entered
+        self.entered_nodes.update(parts.entries)
+        self._own = parts.own_or_zero()
         counts = self.carried.mix(self._own)
         metrics["carried-share"] = self.carried.remaining
         if self.carried.remaining <= 0:  # every carried token is back: plain AD-LDA from here

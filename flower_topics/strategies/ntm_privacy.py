@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from flower_topics.privacy.accountants import RDPAccountant
-from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
 from flower_topics.wire.ntm import NTMSettings
 
 ACCOUNTANT = "RDP (opacus), per party"
@@ -72,8 +72,9 @@ def _document(settings: NTMSettings, epsilon: float, guarantee: str, evaluation:
     """The report's document-level figure: ``epsilon`` at ``dp-delta`` under ``guarantee``, or none where the
     federated ``evaluation`` is released outside every accountant."""
     if evaluation is not None:
-        return dict(document_guarantee=f"none: {evaluation} is not accounted (training alone: eps "
-                                       f"{epsilon:.4g}, delta {settings.dp_delta:g} per document)")
+        return dict(document_guarantee=str(NoDocumentGuarantee(f"{evaluation} is not accounted (training alone: "
+                                                               f"eps {epsilon:.4g}, delta {settings.dp_delta:g} "
+                                                               "per document)")))
     return dict(document_epsilon=epsilon, document_delta=settings.dp_delta, document_guarantee=guarantee)
 
 

@@ -54,7 +54,7 @@ from flower_topics.privacy.gaussian import (
     theorem1_valid,
 )
 from flower_topics.privacy.document_level import EXAMPLE_LENGTHS, gaussian_document_epsilon, unit_count_sensitivity
-from flower_topics.privacy.privacy_report import PrivacyReport
+from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.strategies.releases import PartyReleases
 from flower_topics.wire import pctd as wire
@@ -232,12 +232,13 @@ class PCTD(TopicStrategy):
                              epsilon=epsilon, delta=self.delta,
                              guarantee="Theorem 1: (eps, delta)-DP per word occurrence (Gaussian mechanism, "
                              "sensitivity 1 on the unit counts), composed over rounds",
-                             document_guarantee="none: the guarantee is per token and a document may hold any number "
-                             "of tokens (nothing bounds its length, and the server never sees it); a document of L "
-                             "tokens gets the Gaussian at sensitivity ||its unit counts||_2, sqrt(L) when no word "
-                             "repeats inside a unit and at most "
-                             + ("L" if self.pctd.unit == "sentence" else f"about sqrt({self.pctd.ngram} L)")
-                             + " (document_epsilon_at_length*)",
+                             document_guarantee=str(NoDocumentGuarantee(
+                                 "the guarantee is per token and a document may hold any number of tokens (nothing "
+                                 "bounds its length, and the server never sees it); a document of L tokens gets the "
+                                 "Gaussian at sensitivity ||its unit counts||_2, sqrt(L) when no word repeats inside "
+                                 "a unit and at most "
+                                 + ("L" if self.pctd.unit == "sentence" else f"about sqrt({self.pctd.ngram} L)")
+                                 + " (document_epsilon_at_length*)")),
                              details=details)
 
     def document_figures(self, rounds: int) -> dict[str, Any]:
