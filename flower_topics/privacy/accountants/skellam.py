@@ -101,8 +101,6 @@ def _composed_epsilon(events: tuple[tuple[float, float, int], ...], delta: float
 @functools.lru_cache(maxsize=256)
 def _curve(noise_multiplier: float, sample_rate: float, l2: float) -> np.ndarray:
     """:func:`subsampled_skellam_rdp`, cached (a read-only array)."""
-    from scipy.special import gammaln, logsumexp
-
     mu, l1 = (noise_multiplier * l2) ** 2, l2 ** 2
     top = max(ORDERS)
     base = np.array([skellam_rdp(alpha, l1, l2, mu) for alpha in range(2, top + 1)])  # eps(l), l = 2..top
@@ -112,14 +110,16 @@ def _curve(noise_multiplier: float, sample_rate: float, l2: float) -> np.ndarray
         unsampled.setflags(write=False)
         return unsampled
     log_q, log_1q = math.log(sample_rate), math.log1p(-sample_rate)
+    log_factorial = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, top + 1)))))
     curve = np.empty(len(orders))
     for i, alpha in enumerate(ORDERS):
         ls = np.arange(2, alpha + 1)
-        log_terms = (gammaln(alpha + 1) - gammaln(ls + 1) - gammaln(alpha - ls + 1) + ls * log_q
+        log_terms = (log_factorial[alpha] - log_factorial[ls] - log_factorial[alpha - ls] + ls * log_q
                      + (alpha - ls) * log_1q + (ls - 1) * base[ls - 2])
         log_terms[1:] += math.log(3.0)  # l >= 3
-        head = (alpha - 1) * log_1q + math.log1p((alpha - 1) * sample_rate)
-        curve[i] = logsumexp(np.append(log_terms, head)) / (alpha - 1)
+        log_terms = np.append(log_terms, (alpha - 1) * log_1q + math.log1p((alpha - 1) * sample_rate))
+        top_term = log_terms.max()
+        curve[i] = (top_term + math.log(np.exp(log_terms - top_term).sum())) / (alpha - 1)
     curve = np.minimum(curve, unsampled)
     curve.setflags(write=False)
     return curve
