@@ -32,7 +32,7 @@ from flower_topics.privacy.skellam_mechanism import skellam_rdp
 #: The integer RDP orders epsilon is minimized over (Theorem 3.5 and Theorem 6 hold at integer orders).
 ORDERS: tuple[int, ...] = tuple(range(2, 129)) + (160, 192, 256, 384, 512, 768, 1024)
 
-#: Which subsampling bound the accountant uses, in words (the report and the docs say it).
+#: Which subsampling bound the accountant uses, in words (its description, printed in the report, says it).
 SUBSAMPLING_BOUND = "Zhu-Wang 2019 Theorem 6, the general bound for any RDP mechanism"
 
 
