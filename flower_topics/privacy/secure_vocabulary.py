@@ -19,7 +19,7 @@ parties can count over one public index space and the noise is added once (share
 3. **The server** unmasks the sum: every candidate's document frequency over all parties
    plus ``Sk(mu)`` (or more). Adding or removing one document changes the vector by at most
    ``sqrt(Delta_0)`` in L2 and ``Delta_0`` in L1, so the release is the Skellam mechanism,
-   accounted with autodp at the run's ``vocabulary-epsilon`` / ``vocabulary-delta``. The
+   accounted by the ``"skellam"`` accountant at the run's ``vocabulary-epsilon`` / ``vocabulary-delta``. The
    domain is public, so no threshold is needed for privacy; the vocabulary is every
    candidate whose noisy count is at least ``min-df`` and above the level that the noise
    alone exceeds with probability ``1 / candidates`` (post-processing: about one candidate

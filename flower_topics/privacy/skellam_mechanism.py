@@ -21,11 +21,10 @@ mechanism of variance ``mu`` per coordinate satisfies, at every integer order ``
 the Gaussian mechanism's RDP plus a discretization term. A document's contribution here is
 an integer vector of non-negative entries with L2 norm at most ``Delta_2`` (the clip norm in
 integer units), so ``Delta_1 <= Delta_2^2`` (an integer ``x`` has ``|x| <= x^2``). Poisson
-subsampling with rate ``q`` (Zhu and Wang 2019, the general bound for any RDP mechanism),
-composition over rounds and the conversion to ``(eps, delta)`` are autodp's (Yu-Xiang
-Wang's library), in the ``"skellam"`` accountant
-(:class:`~flower_topics.privacy.accountants.skellam.SkellamAccountant`); no RDP bound is derived here
-beyond the paper's theorem.
+subsampling with rate ``q`` (Zhu and Wang 2019, Theorem 6: the general bound for any RDP
+mechanism), composition over rounds and the conversion to ``(eps, delta)`` are the ``"skellam"``
+accountant's (:class:`~flower_topics.privacy.accountants.skellam.SkellamAccountant`); no RDP bound
+is derived here beyond the papers' theorems.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ def skellam_rdp(alpha: float, l1: float, l2: float, mu: float) -> float:
     Parameters
     ----------
     alpha : float
-        Order, > 1 (the theorem is stated for integer orders; autodp evaluates integer orders).
+        Order, > 1 (the theorem is stated for integer orders; the accountant evaluates integer orders only).
     l1, l2 : float
         L1 and L2 sensitivities of the integer query.
     mu : float

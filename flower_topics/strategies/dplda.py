@@ -40,7 +40,7 @@ Privacy (:mod:`flower_topics.privacy.accountants`: the ``"pld"`` or ``"skellam"`
 ``dplda.epsilon`` and ``dplda.delta`` per document; the ``private`` vocabulary agreement's
 spending is subtracted (basic composition) and the noise multiplier ``sigma`` is the
 smallest whose ``num-rounds`` Poisson-subsampled Gaussian releases spend the rest (PLD,
-dp-accounting; under secure aggregation the Skellam releases' RDP, autodp). The report counts the rounds the parties were asked to release in, so a
+dp-accounting; under secure aggregation the Skellam releases' RDP, Zhu-Wang's general subsampling bound). The report counts the rounds the parties were asked to release in, so a
 shorter run spends less and a run can never spend more than its target; every party also
 keeps its own accountant and refuses a release over it.
 """

@@ -2,8 +2,8 @@
 
 :class:`Accountant` is the interface (``step``, ``spend``, ``get_epsilon``, ``mechanism``);
 each back-end is registered by name: ``"pld"`` (Google's dp-accounting PLD, Poisson-subsampled
-Gaussian), ``"rdp"`` (Opacus RDP, Gaussian), ``"skellam"`` (autodp RDP, Poisson-subsampled
-Skellam). :func:`create_accountant` makes one; :func:`get_noise_multiplier` is the one
+Gaussian), ``"rdp"`` (Opacus RDP, Gaussian), ``"skellam"`` (RDP of the Skellam mechanism,
+Poisson subsampling by Zhu and Wang's general bound). :func:`create_accountant` makes one; :func:`get_noise_multiplier` is the one
 calibration search (the least noise for a target epsilon over ``n`` releases) for all.
 """
 
