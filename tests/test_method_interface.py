@@ -5,12 +5,14 @@ Every registered method's parts have their declared types: its wire module is re
 concrete :class:`~flower_topics.strategies.base.TopicStrategy` that implements ``from_config``, its party
 side is a :class:`~flower_topics.clients.base.LocalStep`, and both live in the layers import-linter checks.
 A wire module that lacks a name every wire module defines, or gets one's type wrong, is refused in one
-line when its method is registered; a flag a wire module sets is the flag its spec reads.
+line when its method is registered; a flag a wire module sets is the flag its spec reads, and a registry
+hook a wire module defines (``quality_notes``, ...) is the one its spec calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 from types import ModuleType
 
@@ -68,6 +70,15 @@ def test_every_registered_method_has_each_part_of_its_declared_type(name):
     # the string references name modules of the layers import-linter checks
     assert cls.__module__ == spec.strategy.partition(":")[0] and cls.__module__.startswith("flower_topics.strategies.")
     assert spec.client.startswith("flower_topics.clients.")
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_a_registry_hook_its_wire_module_defines_is_the_one_its_spec_calls(name):
+    module = importlib.import_module(f"flower_topics.wire.{name}")
+    assert MethodWire.read(module) == METHODS[name].wire
+    hooks = ("check_config", "check_noise", "quality_notes", "planned_releases")
+    defined = {hook: getattr(module, hook) for hook in hooks if hasattr(module, hook)}
+    assert {hook: getattr(METHODS[name], hook) for hook in defined} == defined  # none defined and left unused
 
 
 def test_from_config_is_declared_abstract_on_the_strategy_base():
