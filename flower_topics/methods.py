@@ -5,23 +5,27 @@ README's table of options all read :data:`METHODS`. A spec names its strategy an
 party step by import path, so that the registry (and a ClientApp serving ``lda``) never
 imports what another method needs (torch, opacus, sentence-transformers).
 
-Adding a method: write ``wire/<name>.py`` (keys, ``SETTINGS``, ``OPTIONS``, ``reply_spec``),
+Adding a method: write ``wire/<name>.py`` (what :class:`~flower_topics.wire.method_wire.MethodWire`
+reads: ``METHOD``, ``OPTIONS``, ``SETTINGS``, ``reply_spec`` and the flags it sets),
 ``clients/<name>.py`` (its :class:`~flower_topics.clients.base.LocalStep` as ``STEP``),
 ``strategies/<name>.py`` (a :class:`~flower_topics.strategies.base.TopicStrategy` with
-``from_config``), and register one :class:`MethodSpec` below.
+``from_config``), and register one :class:`MethodSpec` below. The wire module is checked when the
+spec is made; the strategy class and the step are checked against their types when first loaded
+(tests/test_method_interface.py loads every registered method's).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from flower_topics.errors import UserInputError
 from flower_topics.models.seed_words import check_seed_file
 from flower_topics.options import Option
 from flower_topics.wire import dplda, fedlda, ftm, lda, ntm, pctd
+from flower_topics.wire.method_wire import MethodWire
 
 if TYPE_CHECKING:
     from flower_topics.clients.base import LocalStep
@@ -56,22 +60,22 @@ class MethodSpec:
         type, the prefix of its options (``<name>.<option>``).
     title : str
         One line: what it is and where it comes from.
-    protocol : module
-        Its wire module (``flower_topics.wire.<name>``): record keys, ``OPTIONS``,
-        ``SETTINGS`` (the settings class, with ``from_record``) and ``reply_spec``.
+    wire : MethodWire
+        Its wire module, read and checked: ``MethodWire.read(flower_topics.wire.<name>)``
+        (its ``METHOD`` must be ``name``). What the wire module declares (its options, its settings,
+        its replies, whether they are secure sums, its node options, its counts) is read from it
+        here only: :attr:`options`, :meth:`reply_spec`, :attr:`secure_sum`, :attr:`node_options`,
+        :attr:`topic_counts`.
     strategy : str
-        ``"module:Class"`` of its strategy; ``Class.from_config(config, vocabulary)`` builds it.
+        ``"module:Class"`` of its strategy, a :class:`~flower_topics.strategies.base.TopicStrategy`;
+        ``Class.from_config(config, vocabulary)`` builds it. Imported on first use, so that a
+        party's process never imports a strategy.
     client : str
-        ``"module:NAME"`` of its :class:`~flower_topics.clients.base.LocalStep`.
+        ``"module:NAME"`` of its :class:`~flower_topics.clients.base.LocalStep`, imported on first
+        use, so that a party's process imports only its own method's.
     private : bool
         Whether it has a privacy mechanism (its party's seed is then secret: OS entropy or
         the node's ``secret-seed``, never the run config).
-    secure_sum : bool, default False
-        Whether its replies are sums the server can add under secure aggregation.
-    node_options : Mapping[str, Option], default {}
-        Node-config keys a party of this method may set for itself
-        (``flower-supernode --node-config``); its local step finds each in ``party.policy.options``
-        (the party's side, beside the server's settings).
     check_config : callable, default no check
         ``check_config(config)``: what a run of this method needs of a validated run config
         beyond each key's range; raises :class:`~flower_topics.errors.UserInputError`.
@@ -87,10 +91,6 @@ class MethodSpec:
     fixed_on_resume : Mapping[str, str], default {}
         Run-config keys a resume of this method may not change, each with the reason,
         beyond those no resume may change.
-    topic_counts : str or None, default None
-        The key of ``state.npz`` that holds the run's final integer ``K x V`` topic-word
-        token counts, from which the report shows each topic's share of the training
-        tokens (None: the method keeps no such counts).
     planned_releases : callable, default not known
         ``planned_releases(config) -> releases or None``: what one whole run of this run config releases
         of a party's documents (:class:`~flower_topics.privacy.ledger.Release`); a party with a privacy
@@ -102,28 +102,49 @@ class MethodSpec:
 
     name: str
     title: str
-    protocol: ModuleType
+    wire: MethodWire
     strategy: str
     client: str
     private: bool
-    secure_sum: bool = False
-    node_options: Mapping[str, Option] = field(default_factory=dict)
     check_config: Callable[[Mapping[str, Any]], None] = _no_check
     check_noise: Callable[[Mapping[str, Any]], None] = _no_check
     quality_notes: Callable[[Mapping[str, Any]], Iterable[str]] = _no_notes
     fixed_on_resume: Mapping[str, str] = field(default_factory=dict)
-    topic_counts: str | None = None
     planned_releases: Callable[[Mapping[str, Any]], tuple[Release, ...] | None] = _no_plan
     seed_words: str = "its strategy does not read seed words"
+
+    def __post_init__(self) -> None:
+        if self.wire.method != self.name:
+            raise TypeError(f"method {self.name!r}: its wire module's METHOD is {self.wire.method!r}")
+        for part, path in (("strategy", self.strategy), ("client", self.client)):
+            module, colon, name = path.partition(":")
+            if not (colon and module and name.isidentifier()):
+                raise TypeError(f"method {self.name!r}: {part} must be 'module:Name', not {path!r}")
 
     @property
     def options(self) -> Mapping[str, Option]:
         """Its own options, without the prefix (the wire module's ``OPTIONS``)."""
-        return self.protocol.OPTIONS
+        return self.wire.options
+
+    @property
+    def secure_sum(self) -> bool:
+        """Whether its replies are sums the server can add under secure aggregation (``SECURE_SUM``)."""
+        return self.wire.secure_sum
+
+    @property
+    def node_options(self) -> Mapping[str, Option]:
+        """Node-config keys a party of this method may set for itself (``NODE_OPTIONS``)."""
+        return self.wire.node_options
+
+    @property
+    def topic_counts(self) -> str | None:
+        """The key of ``state.npz`` that holds the run's final integer ``K x V`` topic-word token counts
+        (``COUNTS_KEY``; None: the method keeps no such counts)."""
+        return self.wire.counts_key
 
     def reply_spec(self, settings: Mapping[str, Any], vocab_size: int) -> "ReplySpec":
         """What a valid reply to a training message with ``settings`` (its ConfigRecord) is."""
-        return self.protocol.reply_spec(self.protocol.SETTINGS.from_record(settings), vocab_size)
+        return self.wire.reply_spec(self.wire.settings.from_record(settings), vocab_size)
 
     def key(self, option: str) -> str:
         """The run-config key of one of its options: ``<name>.<option>``."""
@@ -131,7 +152,22 @@ class MethodSpec:
 
     def build_strategy(self, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "TopicStrategy":
         """Its strategy for a validated run config and the run's vocabulary."""
-        return _load(self.strategy).from_config(config, vocabulary)
+        return self.strategy_class().from_config(config, vocabulary)
+
+    def strategy_class(self) -> "type[TopicStrategy]":
+        """Its strategy class (imported on first use).
+
+        Raises
+        ------
+        TypeError
+            It is not a :class:`~flower_topics.strategies.base.TopicStrategy`.
+        """
+        from flower_topics.strategies.base import TopicStrategy
+
+        cls = _load(self.strategy)
+        if not (isinstance(cls, type) and issubclass(cls, TopicStrategy)):
+            raise TypeError(f"method {self.name!r}: strategy {self.strategy} is not a TopicStrategy subclass")
+        return cls
 
     def check(self, config: Mapping[str, Any]) -> None:
         """Refuse, in one line, a validated run config this method cannot run: secure aggregation
@@ -153,8 +189,19 @@ class MethodSpec:
         return list(self.quality_notes(config))
 
     def local_step(self) -> "LocalStep":
-        """Its party side (imported on first use)."""
-        return _load(self.client)
+        """Its party side (imported on first use).
+
+        Raises
+        ------
+        TypeError
+            It is not a :class:`~flower_topics.clients.base.LocalStep`.
+        """
+        from flower_topics.clients.base import LocalStep
+
+        step = _load(self.client)
+        if not isinstance(step, LocalStep):
+            raise TypeError(f"method {self.name!r}: client {self.client} is not a LocalStep")
+        return step
 
 
 def _load(path: str) -> Any:
@@ -165,27 +212,27 @@ def _load(path: str) -> Any:
 #: Every registered method, by name.
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
-               lda, "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP", private=False,
-               secure_sum=lda.SECURE_SUM, topic_counts=lda.COUNTS_KEY, seed_words=""),
+               MethodWire.read(lda), "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP",
+               private=False, seed_words=""),
     MethodSpec("fedlda", "FedLDA (Wang, Tong and Shi, AAAI 2020): local sampling, RRP-perturbed update tuples",
-               fedlda, "flower_topics.strategies.fedlda:FedLDA", "flower_topics.clients.fedlda:STEP",
-               private=True, topic_counts=fedlda.COUNTS_KEY, seed_words=""),
+               MethodWire.read(fedlda), "flower_topics.strategies.fedlda:FedLDA", "flower_topics.clients.fedlda:STEP",
+               private=True, seed_words=""),
     MethodSpec("pctd", "PC-TD (Shi et al., IEEE Intelligent Systems 2020): EM over semantic units, Gaussian noise",
-               pctd, "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP", private=True,
-               secure_sum=pctd.SECURE_SUM, quality_notes=pctd.quality_notes, seed_words=""),
+               MethodWire.read(pctd), "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP",
+               private=True, quality_notes=pctd.quality_notes, seed_words=""),
     MethodSpec("ftm", "FTM (Jiang et al., CIKM 2019): private MH on Laplace-thresholded counts, topic merging",
-               ftm, "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP", private=True,
-               node_options=ftm.NODE_OPTIONS, quality_notes=ftm.quality_notes,
+               MethodWire.read(ftm), "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP",
+               private=True, quality_notes=ftm.quality_notes,
                seed_words="each party learns its own K_p topics and the server merges them by similarity, so no "
                           "topic index is shared for a seed line to name"),
     MethodSpec("ntm", "gFedNTM (Calvo-Bartolome and Arenas-Garcia 2023): Sync-Opt of ProdLDA/CTM, DP-SGD",
-               ntm, "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP", private=True,
-               secure_sum=ntm.SECURE_SUM, quality_notes=ntm.quality_notes,
+               MethodWire.read(ntm), "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP",
+               private=True, quality_notes=ntm.quality_notes,
                seed_words="ProdLDA/CombinedTM have no topic-word Dirichlet prior (the decoder is learned by "
                           "gradient)"),
     MethodSpec("dplda", "DP-SVI (Park et al. 2016): Poisson-sampled documents, clipped expected counts, Gaussian "
-               "noise; one whole-run accountant per document", dplda, "flower_topics.strategies.dplda:DPLDA",
-               "flower_topics.clients.dplda:STEP", private=True, secure_sum=dplda.SECURE_SUM, node_options=dplda.NODE_OPTIONS,
+               "noise; one whole-run accountant per document", MethodWire.read(dplda),
+               "flower_topics.strategies.dplda:DPLDA", "flower_topics.clients.dplda:STEP", private=True,
                check_config=dplda.check_config, check_noise=dplda.check_noise, quality_notes=dplda.quality_notes,
                planned_releases=dplda.planned_releases, seed_words="",
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "

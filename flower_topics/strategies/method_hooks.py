@@ -1,10 +1,11 @@
-"""What a method's strategy implements of a round: its model, its settings, what a valid reply is and
-how replies are aggregated (the hooks :class:`~flower_topics.strategies.base.TopicStrategy` calls)."""
+"""What a method's strategy implements: how it is built from a run config, and of a round its model, its
+settings, what a valid reply is and how replies are aggregated (the hooks
+:class:`~flower_topics.strategies.base.TopicStrategy` calls)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Mapping, Self, Sequence
 
 import numpy as np
 from flwr.app import ArrayRecord
@@ -14,7 +15,15 @@ from flower_topics.wire.protocol import ReplySpec
 
 
 class MethodHooks(ABC):
-    """The hooks of a method's round; the five abstract ones are required, the others have defaults."""
+    """The hooks of a method's strategy; the six abstract ones are required, the others have defaults."""
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> Self:
+        """The strategy of a validated run config over the run's vocabulary (what
+        :meth:`~flower_topics.methods.MethodSpec.build_strategy` calls): the method's settings from its wire
+        module's ``SETTINGS.from_record(config)``, the base's from
+        :meth:`~flower_topics.strategies.base.TopicStrategy.federation_options`."""
 
     @abstractmethod
     def initial_arrays(self) -> ArrayRecord:
