@@ -76,7 +76,10 @@ EXTREMES = {"-1": -1, "0": 0, "-1e308": -1e308, "nan": math.nan, "inf": math.inf
 #: Every party-side key, and one of each party-side prefix the party does not itself use.
 SIDE_KEYS = sorted(PARTY_KEYS) + [f"{prefix}anything" for prefix in PARTY_PREFIXES]
 MUTATIONS = ([f"party-key:{key}" for key in SIDE_KEYS] + ["party-key-in-a-record-of-its-own", "remove-each-record"]
-             + [f"numbers={name}" for name in EXTREMES] + ["another-method", "twice", "again-after-the-run"])
+             + [f"numbers={name}" for name in EXTREMES] + ["another-method", "twice", "again-after-the-run"]
+             + ["fake-participants", "another-dropout-list"])
+#: 96 participants that do not exist.
+FAKES = [str(1000 + i) for i in range(96)]
 
 
 @dataclass
@@ -88,6 +91,7 @@ class Recorded:
     paths: list[str]
     messages: list[tuple[Message, Message, int, RecordDict]] = field(default_factory=list)
     after: dict[int, RecordDict] = field(default_factory=dict)
+    grid: InProcessGrid | None = None  # the parties the hostile messages go to (their state set per case)
 
 
 def kind_of(msg: Message) -> str:
@@ -105,13 +109,11 @@ def files(tmp_path_factory):
     return root, datasets, str(words)
 
 
-_RUNS: dict[str, Recorded] = {}
-
-
 @pytest.fixture(scope="module")
 def recorded(files):
     """The honest run of a scenario, recorded once for the module."""
     root, datasets, words = files
+    _RUNS: dict[str, Recorded] = {}
 
     def get(name: str) -> Recorded:
         if name in _RUNS:
@@ -145,6 +147,11 @@ CASES = [(name, kind, mutation) for name, (_, _, kinds) in SCENARIOS.items() for
 # Excluded explicitly: "another-method" only where a message names a method (train.<method> by its type, the
 # prevalence request by its "method" setting); the agreement, evaluation and secure-sum messages name none.
 CASES = [case for case in CASES if case[2] != "another-method" or case[1].startswith(("train.", "query.prevalence"))]
+# Excluded explicitly: "fake-participants" only where a message lists participants (every secure-sum stage), and
+# "another-dropout-list" only where it lists the alive and the dropped parties (the check and unmask stages).
+CASES = [case for case in CASES if case[2] != "fake-participants" or case[1].startswith(secure_sum.MESSAGE_TYPE)]
+CASES = [case for case in CASES
+         if case[2] != "another-dropout-list" or case[1].endswith((":check", ":unmask"))]
 #: Excluded explicitly: "numbers=" where the honest message carries no number at all (checked by
 #: test_the_messages_without_numbers_carry_none).
 NO_NUMBERS = {("lda", "query.candidates")} | {(name, "query.vocabulary") for name in SCENARIOS}
@@ -234,13 +241,22 @@ def _variants(run: Recorded, msg: Message, mutation: str) -> list[list[Message]]
             return [[_copy(msg, kind=f"train.{other}")] for other in METHODS if f"train.{other}" != kind]
         own = str(msg.content[CONFIG]["method"])
         return [[_with(msg, CONFIG, method=other)] for other in METHODS if other != own]
+    if mutation == "fake-participants":  # every list of node ids, with 96 fake ones added
+        lists = [key for key, value in msg.content[CONFIG].items()
+                 if key in ("participants", "nodes", "alive", "dropped", "signers")]
+        return [[_with(msg, CONFIG, **{key: [*msg.content[CONFIG][key], *FAKES]})] for key in lists]
+    if mutation == "another-dropout-list":  # a peer the others were told is alive, told to this party as dropped
+        config = msg.content[CONFIG]
+        alive = [node for node in config["alive"] if node != str(msg.metadata.dst_node_id)]
+        return [[_with(msg, CONFIG, alive=[n for n in config["alive"] if n != peer],
+                       dropped=[*config["dropped"], peer])] for peer in alive]
     if mutation in ("twice", "again-after-the-run"):
         return [[_copy(msg), _copy(msg)]] if mutation == "twice" else [[_copy(msg)]]
     raise AssertionError(mutation)
 
 
 def _grid(run: Recorded) -> InProcessGrid:
-    if not hasattr(run, "grid"):
+    if run.grid is None:
         run.grid = InProcessGrid(make_client_app(run.config), run.node_configs, run.config)
     return run.grid
 
@@ -323,34 +339,38 @@ def _changed(honest: Message, sent: Message) -> str:
     return ", ".join(out) or "unchanged"
 
 
-def _check_sequence(run, grid, context, msg, before, node, kind, mutation, guaranteed, sequence) -> None:
-    if True:
-        context.state = copy.deepcopy(run.after[node] if mutation == "again-after-the-run" else before)
-        answered = []
-        for sent in sequence:
-            made = len(party_account(context.state).releases)
-            try:
-                with _patience(sent.metadata.message_type):
-                    reply = _deliver(grid, sent)
-            except Hung as exc:
-                pytest.fail(str(exc))
-            if reply.has_error():
-                _refusal_is_one_line(run, reply.error.reason, context)
-                if mutation.startswith("party-key"):
-                    assert reply.error.code == BAD_INPUT and "a key only this party sets" in reply.error.reason
-                continue
-            assert not mutation.startswith("party-key"), f"{sent.metadata.message_type} with a party-side key answered"
-            _audited(run, sent, msg, reply, context)
-            answered.append(sent)
-            if guaranteed:  # nothing without a document-level guarantee leaves, every release accounted before
-                out = sent.metadata.message_type
-                assert out in ("train.dplda", "query.prevalence", "query.vocabulary", secure_sum.MESSAGE_TYPE), out
-                if out == "query.prevalence":
-                    assert str(sent.content[CONFIG]["method"]) == "dplda"
-                if out.startswith(RELEASES):
-                    assert len(party_account(context.state).releases) > made, f"{out}: not in the party's account"
-        if guaranteed and mutation == "twice" and kind.startswith(RELEASES):
-            assert len(answered) <= 1, f"{kind}: the same release made twice"
+def _check_sequence(run: Recorded, grid: InProcessGrid, context: Context, msg: Message, before: RecordDict,
+                    node: int, kind: str, mutation: str, guaranteed: bool, sequence: list[Message]) -> None:
+    """Send ``sequence`` to the party as it was (before ``msg``, or after the run) and check each reply."""
+    context.state = copy.deepcopy(run.after[node] if mutation == "again-after-the-run" else before)
+    answered = []
+    for sent in sequence:
+        made = len(party_account(context.state).releases)
+        try:
+            with _patience(sent.metadata.message_type):
+                reply = _deliver(grid, sent)
+        except Hung as exc:
+            pytest.fail(str(exc))
+        if mutation == "another-dropout-list" and kind.endswith(":unmask"):
+            # the signed alive set differs from the one shown: revealing a live peer's mask key unmasks it
+            assert reply.has_error(), "unmask answered for a dropout list the parties did not sign"
+        if reply.has_error():
+            _refusal_is_one_line(run, reply.error.reason, context)
+            if mutation.startswith("party-key"):
+                assert reply.error.code == BAD_INPUT and "a key only this party sets" in reply.error.reason
+            continue
+        assert not mutation.startswith("party-key"), f"{sent.metadata.message_type} with a party-side key answered"
+        _audited(run, sent, msg, reply, context)
+        answered.append(sent)
+        if guaranteed:  # nothing without a document-level guarantee leaves, every release accounted before
+            out = sent.metadata.message_type
+            assert out in ("train.dplda", "query.prevalence", "query.vocabulary", secure_sum.MESSAGE_TYPE), out
+            if out == "query.prevalence":
+                assert str(sent.content[CONFIG]["method"]) == "dplda"
+            if out.startswith(RELEASES):
+                assert len(party_account(context.state).releases) > made, f"{out}: not in the party's account"
+    if mutation == "twice" and (kind.startswith(secure_sum.MESSAGE_TYPE) or guaranteed and kind.startswith(RELEASES)):
+        assert len(answered) <= 1, f"{kind}: the same stage or release answered twice"
 
 
 def test_every_recorded_run_has_exactly_the_message_types_of_its_cases(recorded):
