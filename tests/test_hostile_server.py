@@ -389,3 +389,22 @@ def test_a_simulation_sets_the_parties_policy(tmp_path):
     with pytest.raises(UserInputError, match="lifetime-epsilonn': not a node-config key"):
         simulate(config, mode="federated", num_clients=2, out_dir=tmp_path / "c", engine="inprocess",
                  node_config={"lifetime-epsilonn": "1"})
+
+
+def test_a_fault_on_the_party_tells_the_server_its_kind_only(tmp_path, parties, monkeypatch):
+    """An exception in a party's step (not a refusal) reaches the server as its kind only: the exception's text,
+    which may hold the party's values or paths, stays in the party's log."""
+    from flower_topics.federation import client_app
+
+    def fails(msg, context, config):
+        raise ValueError("/srv/party-a/notes.jsonl holds 1234 documents")
+
+    monkeypatch.setattr(client_app, "accept_vocabulary", fails)
+    nodes, words = parties
+    grid = _grid(nodes, _dplda(tmp_path, words))
+    _run(grid, _dplda(tmp_path, words))
+    replies = grid.replies("query.vocabulary")
+    assert replies and all(reply.has_error() for reply in replies)
+    for reply in replies:
+        assert "ValueError" in reply.error.reason and "on this party" in reply.error.reason
+        assert "/srv" not in reply.error.reason and "1234" not in reply.error.reason, reply.error.reason

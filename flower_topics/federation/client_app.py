@@ -205,6 +205,7 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
     releases = step.accounted(settings, corpus)
     party_side.check_policy(party.policy, spec.name, releases is not None, f"a {spec.name} round")
+    party_side.check_released_round(context.state, party.policy, spec.name, int(settings.get("server-round", 0)))
     scored = carried_evaluation(msg, context, config)  # the model it receives, before the local step
     state_name = f"{spec.name}-state"
     with message_timing.stage("state"):
@@ -433,6 +434,9 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
                 log(ERROR, "flower-topics: %s: %s", name, exc)
                 reason = party_side.server_reason(exc, context.node_config)  # the reason only: no path, cap or spend
                 return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {reason}"), reply_to=msg)
+            except Exception as exc:  # a fault: the party's log keeps it; its text (values, paths) stays here
+                log(ERROR, "flower-topics: %s: %s: %s", name, type(exc).__name__, exc, exc_info=exc)
+                raise RuntimeError(f"{name}: {type(exc).__name__} on this party (its log has the details)") from None
             finally:
                 message_timing.record(name, started)
 

@@ -13,6 +13,7 @@ refuses what the party's policy does not accept.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +33,8 @@ from flower_topics.wire.protocol import CONFIG
 
 #: Where a party keeps its account of the run's releases in ``context.state``.
 ACCOUNT_STATE = "party-account"
+#: Where a party that requires a document-level guarantee keeps the rounds it released, per method.
+RELEASED_ROUNDS = "party-released-rounds"
 #: Key prefixes only the party's side may carry.
 PARTY_PREFIXES = ("party.", "secure-sum.")
 #: Node-config keys of the party's policy and ledger, and its secret: never a server's to send.
@@ -46,6 +49,36 @@ def party_side_keys(content: RecordDict) -> list[str]:
     return sorted(key for key in found if key.startswith(PARTY_PREFIXES) or key in PARTY_KEYS)
 
 
+def non_finite_keys(content: RecordDict) -> list[str]:
+    """The keys of ``content``'s config records holding a number that is not finite (NaN or infinite; sorted)."""
+    def finite(value: Any) -> bool:
+        values = value if isinstance(value, list) else [value]
+        return all(math.isfinite(v) for v in values if isinstance(v, float))
+
+    return sorted(str(key) for record in content.config_records.values() for key, value in record.items()
+                  if not finite(value))
+
+
+def check_released_round(state: RecordDict, policy: PartyPolicy, method: str, server_round: int) -> None:
+    """With ``require-document-guarantee``: refuse, in one line, a ``method`` round this party already released
+    (a replayed or repeated request; a release is made once), else remember it as released.
+
+    Raises
+    ------
+    UserInputError
+        The round was released before.
+    """
+    if not policy.document_guarantee:
+        return
+    record = state.config_records.get(RELEASED_ROUNDS)
+    done = [int(r) for r in record.get(method, [])] if record is not None else []
+    if server_round in done:
+        raise UserInputError(f"a {method} round {server_round} this party has already released: refused (it "
+                             "releases each round once)")
+    state[RELEASED_ROUNDS] = ConfigRecord({**(dict(record) if record is not None else {}),
+                                           method: [*done, server_round]})
+
+
 def check_request(msg: Message) -> None:
     """Refuse, in one line, a server message that carries a party-side key, or a training or prevalence request
     whose settings say ``secure-aggregation`` but that carries no secure-sum round.
@@ -56,6 +89,9 @@ def check_request(msg: Message) -> None:
         One line naming the first key, or the missing round.
     """
     keys = party_side_keys(msg.content)
+    odd = non_finite_keys(msg.content)
+    if odd:
+        raise UserInputError(f"the server's message carries a non-finite number ({odd[0]!r}): refused")
     if keys:
         raise UserInputError(f"the server's message carries {keys[0]!r}, a key only this party sets (its caps, its "
                              "spending and its share of the noise come from its own settings and state): refused")
@@ -171,5 +207,6 @@ def party_facts(spec: MethodSpec | None, msg: Message, context: Context) -> Part
     return PartyFacts(policy, party_account(context.state), facts)
 
 
-__all__ = ["ACCOUNT_STATE", "PARTY_KEYS", "PARTY_PREFIXES", "check_policy", "check_request", "party_account",
+__all__ = ["ACCOUNT_STATE", "PARTY_KEYS", "PARTY_PREFIXES", "check_policy", "check_released_round", "check_request", "non_finite_keys",
+           "party_account",
            "party_facts", "party_options", "party_policy", "party_side_keys", "record_release", "server_reason"]
