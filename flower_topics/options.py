@@ -29,11 +29,15 @@ class Option:
         One line shown in errors and in the README.
     check : callable, optional
         Returns an error text (what is wrong) for an invalid value, else None.
+    infinite : bool, optional
+        Whether ``inf`` is a meaningful value (a party refuses an infinity in a server's settings
+        elsewhere, whatever ``check`` says).
     """
 
     default: ConfigValue
     help: str
     check: Check | None = None
+    infinite: bool = False
 
 
 def at_least(low: float) -> Check:

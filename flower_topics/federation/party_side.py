@@ -50,13 +50,20 @@ def party_side_keys(content: RecordDict) -> list[str]:
 
 
 def non_finite_keys(content: RecordDict) -> list[str]:
-    """The keys of ``content``'s config records holding a number that is not finite (NaN or infinite; sorted)."""
-    def finite(value: Any) -> bool:
-        values = value if isinstance(value, list) else [value]
-        return all(math.isfinite(v) for v in values if isinstance(v, float))
+    """The keys of ``content``'s config records holding a number that is not finite where its run-config option
+    does not declare one meaningful (sorted): NaN always; an infinity unless its option says ``infinite``."""
+    from flower_topics.run.config import OPTIONS
+
+    def finite(key: str, value: Any) -> bool:
+        option = OPTIONS.get(key)
+        for number in (v for v in (value if isinstance(value, list) else [value]) if isinstance(v, float)):
+            if math.isnan(number) or (math.isinf(number) and (option is None or not option.infinite
+                                                               or (option.check and option.check(number)))):
+                return False
+        return True
 
     return sorted(str(key) for record in content.config_records.values() for key, value in record.items()
-                  if not finite(value))
+                  if not finite(str(key), value))
 
 
 def check_released_round(state: RecordDict, policy: PartyPolicy, method: str, server_round: int) -> None:

@@ -40,7 +40,7 @@ OPTIONS: Mapping[str, Option] = {
     "delta": Option(0.1, "mass of each topic's deserted set (RRP; Theorem 1 claims (eps, 2 delta) per tuple); "
                     "t-kRR's truncated mass", in_range(0, 1, low_open=True, high_open=True)),
     "gamma": Option(1.0, "the Zipf constant of Theorem 1 (>= 1; inf gives the paper's experimental eta)",
-                    at_least(1)),
+                    at_least(1), infinite=True),
     "sample-ratio": Option(0.7, "l / M, the share of padded tuples a document sends (0 sends one)",
                            in_range(0, 1)),
     "dummy-tuples": Option("cancelling", "padding: noop (k_old = k_new, recognisable), noise (look like changes, "

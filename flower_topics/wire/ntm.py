@@ -49,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from flower_topics.options import Option, at_least, in_range, one_of, positive
+from flower_topics.options import Option, at_least, in_range, one_of, positive, positive_finite
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "ntm"
@@ -99,7 +99,7 @@ OPTIONS: Mapping[str, Option] = {
                    "only) or none", one_of(*NORMS)),
     "dp": Option(True, "DP-SGD at each party (per-document clipping and Gaussian noise, Opacus; RDP accounting)"),
     "noise-multiplier": Option(1.0, "dp: Gaussian noise std / max-grad-norm", positive),
-    "max-grad-norm": Option(1.0, "dp: per-document gradient clipping norm C", positive),
+    "max-grad-norm": Option(1.0, "dp: per-document gradient clipping norm C", positive_finite),
     "dp-delta": Option(1e-5, "dp: the delta at which each party reports epsilon",
                        in_range(0, 1, low_open=True, high_open=True)),
     "embedding-model": Option("", "combinedtm/zeroshottm: folder of a sentence-transformers model each party "

@@ -24,7 +24,8 @@ UNITS = ("ngram", "sentence")
 
 #: The options of ``pctd`` (run-config keys ``pctd.<name>``).
 OPTIONS: Mapping[str, Option] = {
-    "sigma": Option(0.25, "std of the Gaussian noise on every unit word count (0 = no noise)", at_least(0)),
+    "sigma": Option(0.25, "std of the Gaussian noise on every unit word count (0 = no noise)",
+                    in_range(0, float("inf"), high_open=True)),
     "unit": Option("ngram", "semantic units: ngram (chunks of `ngram` words, within sentences when the corpus has "
                    "them) or sentence (raw-text corpora only)", one_of(*UNITS)),
     "ngram": Option(3, "words per n-gram unit", at_least(1)),
