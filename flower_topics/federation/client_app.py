@@ -55,7 +55,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, MethodSpec, all_node_options
 from flower_topics.options import coerce
 from flower_topics.privacy.ledger import APPROX_DP, Release
-from flower_topics.privacy.party_policy import PREVALENCE, ROUND, VOCABULARY, AccountedRelease
+from flower_topics.privacy.party_policy import PREVALENCE, ROUND, VOCABULARY, AccountedRelease, PartyFacts
 from flower_topics.wire import agreement
 from flower_topics.wire.agreement import split_words
 from flower_topics.wire.protocol import (ARRAYS, BAD_INPUT, CARRIED, CONFIG, METRICS, SENDER, UPDATE,
@@ -276,21 +276,16 @@ def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -
     """The agreement stage's first message: this party's candidate words (see :mod:`flower_topics.federation.vocabulary_agreement`)."""
     request = msg.content[CONFIG]
     private = str(request["mode"]) == "private"
-    policy = party_side.party_policy(context.node_config)
-    party_side.check_policy(policy, None, private, "the union vocabulary agreement (exact document frequencies)")
-    done = party_side.party_account(context.state).of_kind(VOCABULARY)
-    if done and policy.document_guarantee:
-        raise UserInputError("vocabulary agreement: this party already released its vocabulary in this run and "
-                             "makes no release twice")
+    party = party_side.party_facts(None, msg, context)
+    party_side.check_policy(party.policy, None, private, "the union vocabulary agreement (exact document frequencies)")
+    party_side.check_once(party, VOCABULARY, "vocabulary agreement", "its vocabulary")
     documents = node_documents(context, config)
-    if private and secure_sum.ROUND_RECORD in msg.content.config_records:
-        return send_secure_counts(msg, context, config, documents)
+    if private and party.secure is not None:
+        return send_secure_counts(msg, context, config, documents, party)
     if private:
         from flower_topics.privacy.set_union import release_vocabulary
 
-        # a stream of its own, and a fresh one for each vocabulary release: a secret seed never repeats a draw
-        rng = np.random.default_rng(np.random.SeedSequence([party_seed(context, config, private=True),
-                                                            VOCABULARY_STREAM, len(done)]))
+        rng = vocabulary_rng(context, config, party)
         epsilon, delta = float(request["epsilon"]), float(request["delta"])
         party_side.record_release(context.state, AccountedRelease(VOCABULARY, party_ledger.VOCABULARY,
                                                                   Release(APPROX_DP, epsilon=epsilon, delta=delta)))
@@ -310,7 +305,16 @@ def send_candidates(msg: Message, context: Context, config: Mapping[str, Any]) -
     }), reply_to=msg)
 
 
-def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any], documents: NodeDocuments) -> Message:
+def vocabulary_rng(context: Context, config: Mapping[str, Any], party: PartyFacts) -> np.random.Generator:
+    """The randomness of this party's next vocabulary release: a stream of its own, and a fresh one for each
+    vocabulary release it has made (``party``'s account), so a secret seed never repeats a draw."""
+    made = len(party.account.of_kind(VOCABULARY))
+    return np.random.default_rng(np.random.SeedSequence([party_seed(context, config, private=True),
+                                                         VOCABULARY_STREAM, made]))
+
+
+def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any], documents: NodeDocuments,
+                       party: PartyFacts) -> Message:
     """``private`` under secure aggregation: this party's bounded document frequencies over the public
     candidates, plus its share of the Skellam noise, masked (:mod:`flower_topics.privacy.secure_vocabulary`)."""
     from flower_topics.privacy import secure_vocabulary
@@ -318,17 +322,14 @@ def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any]
     from flower_topics.secure_sum import party as secure_party
 
     request, record = msg.content[CONFIG], msg.content[secure_sum.ROUND_RECORD]
-    policy = party_side.party_policy(context.node_config)
-    facts = secure_party.round_facts(context.state, int(record["round"]), policy.federation_size, policy.tolerance)
+    facts = party.secure
     epsilon, delta, max_words = float(request["epsilon"]), float(request["delta"]), int(request["max-words"])
     variance = facts.noise_share * secure_vocabulary.noise_variance(epsilon, delta, max_words)
     largest = documents.corpus.n_docs + 40 * variance ** 0.5 + 100
     if largest > facts.entry_limit:
         raise UserInputError(f"secure sum: a document frequency of this party's could reach {largest:.3g}, over "
                              f"{facts.entry_limit}; use a larger secure-aggregation-bits")
-    done = party_side.party_account(context.state).of_kind(VOCABULARY)
-    rng = np.random.default_rng(np.random.SeedSequence([party_seed(context, config, private=True),
-                                                        VOCABULARY_STREAM, len(done)]))
+    rng = vocabulary_rng(context, config, party)
     counts = secure_vocabulary.party_counts(documents.corpus.doc_term_matrix(), documents.corpus.vocabulary,
                                             split_words(str(request["candidates"])), max_words, rng)
     noisy = counts + skellam_noise(counts.shape, variance, rng)
@@ -388,9 +389,7 @@ def send_prevalence(msg: Message, context: Context, config: Mapping[str, Any]) -
         raise UserInputError(f"prevalence: unknown method {str(msg.content[CONFIG]['method'])!r}")
     party = party_side.party_facts(spec, msg, context)
     party_side.check_policy(party.policy, spec.name, True, "prevalence")  # its release rule's accounting: answer
-    if party.account.of_kind(PREVALENCE) and party.policy.document_guarantee:
-        raise UserInputError("prevalence: this party already released its topic prevalence in this run and makes "
-                             "no release twice")
+    party_side.check_once(party, PREVALENCE, "prevalence", "its topic prevalence")
     documents = node_documents(context, config)
     state_name = f"{spec.name}-state"
     state = load_state(context, state_name, spec.local_step().state())

@@ -27,6 +27,7 @@ from flower_topics.errors import UserInputError
 from flower_topics.methods import METHODS, MethodSpec
 from flower_topics.options import coerce
 from flower_topics.privacy.ledger import LEDGER_OPTIONS, Release
+from flower_topics.run.config import OPTIONS
 from flower_topics.privacy.party_policy import (POLICY_OPTIONS, AccountedRelease, PartyAccount, PartyFacts,
                                                 PartyPolicy)
 from flower_topics.wire.protocol import CONFIG
@@ -52,8 +53,6 @@ def party_side_keys(content: RecordDict) -> list[str]:
 def non_finite_keys(content: RecordDict) -> list[str]:
     """The keys of ``content``'s config records holding a number that is not finite where its run-config option
     does not declare one meaningful (sorted): NaN always; an infinity unless its option says ``infinite``."""
-    from flower_topics.run.config import OPTIONS
-
     def finite(key: str, value: Any) -> bool:
         option = OPTIONS.get(key)
         for number in (v for v in (value if isinstance(value, list) else [value]) if isinstance(v, float)):
@@ -64,6 +63,19 @@ def non_finite_keys(content: RecordDict) -> list[str]:
 
     return sorted(str(key) for record in content.config_records.values() for key, value in record.items()
                   if not finite(str(key), value))
+
+
+def check_once(party: PartyFacts, kind: str, what: str, release: str) -> None:
+    """With ``require-document-guarantee``: refuse, in one line, a second release of ``kind`` (the vocabulary, the
+    prevalence table) that ``party``'s account already holds.
+
+    Raises
+    ------
+    UserInputError
+        The release was made before in this run.
+    """
+    if party.policy.document_guarantee and party.account.of_kind(kind):
+        raise UserInputError(f"{what}: this party already released {release} in this run and makes no release twice")
 
 
 def check_released_round(state: RecordDict, policy: PartyPolicy, method: str, server_round: int) -> None:
@@ -214,6 +226,6 @@ def party_facts(spec: MethodSpec | None, msg: Message, context: Context) -> Part
     return PartyFacts(policy, party_account(context.state), facts)
 
 
-__all__ = ["ACCOUNT_STATE", "PARTY_KEYS", "PARTY_PREFIXES", "check_policy", "check_released_round", "check_request", "non_finite_keys",
+__all__ = ["ACCOUNT_STATE", "PARTY_KEYS", "PARTY_PREFIXES", "check_policy", "check_once", "check_released_round", "check_request", "non_finite_keys",
            "party_account",
            "party_facts", "party_options", "party_policy", "party_side_keys", "record_release", "server_reason"]
