@@ -5,7 +5,7 @@
 
 A run's ``checkpoint.npz`` holds the server's raw running average and its noise variance
 (everything the parties released, through the accountant); the public topics are a function of
-them alone (:func:`flower_topics.strategies.dplda.public_lambda`), so any number of
+them alone (:func:`flower_topics.models.svi.public_lambda`), so any number of
 post-processing settings can be scored on one release without spending privacy. Scored on
 held-out documents, this is a *choice of settings*: do it on a public corpus
 (``dplda_public_corpus.py``), never on the parties' data. Prints one line per run and setting.
@@ -24,7 +24,8 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.data.prepare import load_run_data
 from flower_topics.evaluation import evaluate_model
 from flower_topics.topic_model.model_file import TopicModel
-from flower_topics.strategies.dplda import RAW_KEY, VARIANCE_KEY, public_lambda
+from flower_topics.models.svi import public_lambda
+from flower_topics.strategies.dplda import RAW_KEY, VARIANCE_KEY
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from flower_topics.errors import UserInputError
 from flower_topics.models.seed_words import check_seed_file
 from flower_topics.options import Option
+from flower_topics.privacy import dplda_calibration
 from flower_topics.wire import dplda, fedlda, ftm, lda, ntm, pctd
 from flower_topics.wire.method_wire import MethodWire
 
@@ -209,6 +210,17 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+@dataclass(frozen=True)
+class NamedHook:
+    """A hook named ``"module:function"``, imported when first called, so that the registry imports no strategy
+    (a method's :attr:`MethodSpec.quality_notes` live next to its strategy)."""
+
+    path: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _load(self.path)(*args, **kwargs)
+
+
 #: Every registered method, by name.
 METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
@@ -219,22 +231,23 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
                private=True, seed_words=""),
     MethodSpec("pctd", "PC-TD (Shi et al., IEEE Intelligent Systems 2020): EM over semantic units, Gaussian noise",
                MethodWire.read(pctd), "flower_topics.strategies.pctd:PCTD", "flower_topics.clients.pctd:STEP",
-               private=True, quality_notes=pctd.quality_notes, seed_words=""),
+               private=True, quality_notes=NamedHook("flower_topics.strategies.pctd:quality_notes"), seed_words=""),
     MethodSpec("ftm", "FTM (Jiang et al., CIKM 2019): private MH on Laplace-thresholded counts, topic merging",
                MethodWire.read(ftm), "flower_topics.strategies.ftm:FTM", "flower_topics.clients.ftm:STEP",
-               private=True, quality_notes=ftm.quality_notes,
+               private=True, quality_notes=NamedHook("flower_topics.strategies.ftm:quality_notes"),
                seed_words="each party learns its own K_p topics and the server merges them by similarity, so no "
                           "topic index is shared for a seed line to name"),
     MethodSpec("ntm", "gFedNTM (Calvo-Bartolome and Arenas-Garcia 2023): Sync-Opt of ProdLDA/CTM, DP-SGD",
                MethodWire.read(ntm), "flower_topics.strategies.ntm:NTM", "flower_topics.clients.ntm:STEP",
-               private=True, quality_notes=ntm.quality_notes,
+               private=True, quality_notes=NamedHook("flower_topics.strategies.ntm:quality_notes"),
                seed_words="ProdLDA/CombinedTM have no topic-word Dirichlet prior (the decoder is learned by "
                           "gradient)"),
     MethodSpec("dplda", "DP-SVI (Park et al. 2016): Poisson-sampled documents, clipped expected counts, Gaussian "
                "noise; one whole-run accountant per document", MethodWire.read(dplda),
                "flower_topics.strategies.dplda:DPLDA", "flower_topics.clients.dplda:STEP", private=True,
-               check_config=dplda.check_config, check_noise=dplda.check_noise, quality_notes=dplda.quality_notes,
-               planned_releases=dplda.planned_releases, seed_words="",
+               check_config=dplda_calibration.check_config, check_noise=dplda_calibration.check_noise,
+               quality_notes=NamedHook("flower_topics.strategies.dplda:quality_notes"),
+               planned_releases=dplda_calibration.planned_releases, seed_words="",
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
                                               "whole-run budget; another num-rounds would change the noise"}),
 )})

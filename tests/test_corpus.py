@@ -19,6 +19,11 @@ def test_doc_term_matrix_counts_and_leaves_tokens_untouched():
     np.testing.assert_array_equal(corpus.tokens, before)  # regression: scipy sorted it in place once
 
 
+def test_the_largest_word_count_is_the_most_times_one_word_occurs():
+    assert _corpus().largest_word_count() == 3  # b: once in the first document, twice in the second
+    assert Corpus.from_documents([[], []], ["a"]).largest_word_count() == 0
+
+
 def test_subset_and_split_selection():
     corpus = _corpus()
     sub = corpus.subset([1, 0])

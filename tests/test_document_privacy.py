@@ -103,6 +103,22 @@ def test_an_unaccounted_release_voids_the_document_figure_and_says_what_it_was()
     assert already.document_guarantee == "none: exact counts; also X is not accounted"
 
 
+def test_a_report_carries_the_absent_guarantee_typed_and_writes_it_as_text():
+    report = PrivacyReport(mechanism="m", unit="token", accountant="a", document_guarantee=NoDocumentGuarantee("why"))
+    assert report.document_guarantee == "none: why" and report.to_dict()["document_guarantee"] == "none: why"
+    assert report.absent_guarantee == NoDocumentGuarantee("why")
+    assert _per_document(2.0, 1e-6).absent_guarantee is None
+    assert PrivacyReport.from_dict(report.to_dict()).absent_guarantee == NoDocumentGuarantee("why")
+
+
+def test_an_unaccounted_evaluation_leaves_no_document_figure_and_gives_the_training_alone():
+    fields = PrivacyReport.document_fields(1.23456, 1e-5, "training", "federated evaluation")
+    assert fields == {"document_guarantee": NoDocumentGuarantee(
+        "federated evaluation is not accounted (training alone: eps 1.235, delta 1e-05 per document)")}
+    assert PrivacyReport.document_fields(1.5, 1e-5, "training", None) == {
+        "document_epsilon": 1.5, "document_delta": 1e-5, "document_guarantee": "training"}
+
+
 @pytest.mark.parametrize("mode, expect_bound", [("union", False), ("private", True), ("file", True)])
 def test_the_server_voids_the_document_figure_after_a_union_agreement(mode, expect_bound):
     class Strategy:

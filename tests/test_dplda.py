@@ -422,7 +422,7 @@ def test_every_node_of_a_round_gets_the_public_lambda_of_that_rounds_state():
 
 
 def test_public_lambda_thresholds_and_spreads_the_background_by_hand():
-    from flower_topics.strategies.dplda import public_lambda
+    from flower_topics.models.svi import public_lambda
 
     average = np.array([[10.1, 3.1, -5.0], [0.1, 8.1, 2.6]])
     # signal = average - 0.1 = [[10, 3, -5.1], [0, 8, 2.5]]; threshold 1 * sqrt(9) = 3: keep > 3

@@ -81,7 +81,7 @@ def test_the_step_and_the_public_lambda_use_the_seeded_prior_by_hand():
 
 
 def test_public_lambda_thresholds_the_signal_above_a_matrix_prior_by_hand():
-    from flower_topics.strategies.dplda import public_lambda
+    from flower_topics.models.svi import public_lambda
 
     prior = np.array([[0.1, 0.1, 5.1], [5.1, 0.1, 0.1]])
     average = prior + np.array([[10.0, 3.0, -5.1], [0.0, 8.0, 2.5]])
@@ -217,11 +217,11 @@ def test_a_resumed_run_rebuilds_the_same_seeded_prior(tmp_path):
     the checkpoint's vocabulary, and the final topics are the public lambda of the final state under that prior."""
     from flower_topics.federation.server_app import run_server
     from flower_topics.run.checkpoint import load_checkpoint
+    from flower_topics.models.svi import public_lambda
     from flower_topics.strategies.dplda import (
         DPLDA,
         RAW_KEY,
         VARIANCE_KEY,
-        public_lambda,
     )
     from tests.test_checkpoint_resume import Crash, _grid
     from tests.test_checkpoint_resume import _config as resume_config

@@ -341,12 +341,13 @@ def test_releases_are_composed_as_they_were_made_whatever_todays_settings():
     from flower_topics.errors import UserInputError
     from flower_topics.privacy.ledger import Release, compose
     from flower_topics.privacy.party_policy import PartyFacts, SecureFacts
+    from flower_topics.privacy import dplda_calibration as calibration
     from flower_topics.wire import dplda as wire
 
     base = {"dplda.clip": 2.0, "secure-aggregation": True, "dplda.epsilon": 3.0, "dplda.delta": 1e-5,
             "vocabulary": "file", "vocabulary-epsilon": 0.0, "vocabulary-delta": 0.0, "dplda.sample-rate": 0.2,
             "num-rounds": 41}
-    sigma = wire.noise_multiplier({**base, "dplda.quantum": 256.0})
+    sigma = calibration.noise_multiplier({**base, "dplda.quantum": 256.0})
     today = wire.DPLDASettings(n_topics=2, alpha=0.1, sample_rate=0.2, clip=2.0, noise_multiplier=sigma,
                                epsilon=3.0, delta=1e-5, secure=True, quantum=256.0)
     coarse = wire.DPLDASettings(**{**today.__dict__, "quantum": 1.0})  # 2 units per count

@@ -5,8 +5,10 @@ Every registered method's parts have their declared types: its wire module is re
 concrete :class:`~flower_topics.strategies.base.TopicStrategy` that implements ``from_config``, its party
 side is a :class:`~flower_topics.clients.base.LocalStep`, and both live in the layers import-linter checks.
 A wire module that lacks a name every wire module defines, or gets one's type wrong, is refused in one
-line when its method is registered; a flag a wire module sets is the flag its spec reads, and a registry
-hook a wire module defines (``quality_notes``, ...) is the one its spec calls.
+line when its method is registered; a flag a wire module sets is the flag its spec reads, a wire module defines
+no registry hook (it holds message formats only), and a registry hook its home module defines (``quality_notes``
+next to the strategy, dplda's budget hooks in :mod:`flower_topics.privacy.dplda_calibration`) is the one its spec
+calls.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from types import ModuleType
 import pytest
 
 from flower_topics.clients.base import LocalStep
-from flower_topics.methods import METHODS, MethodSpec
+from flower_topics.methods import METHODS, MethodSpec, NamedHook
 from flower_topics.options import Option, at_least
 from flower_topics.run.config import parse_run_config
+from flower_topics.privacy import dplda_calibration
 from flower_topics.strategies.base import TopicStrategy
-from flower_topics.wire import dplda as dplda_wire
+from flower_topics.strategies.dplda import run_settings
 from flower_topics.wire import lda as lda_wire
 from flower_topics.wire.method_wire import MethodWire
 from flower_topics.wire.protocol import ReplySpec
@@ -32,7 +35,7 @@ from flower_topics.wire.protocol import ReplySpec
 NEEDS = {"dplda": {"vocabulary": "/x/v.txt", "federated-eval": False, "num-rounds": 5}}
 #: How a method's strategy makes its settings from a run config, where it is more than ``SETTINGS.from_record``
 #: (dplda calibrates its noise multiplier first).
-SETTINGS_OF = {"dplda": dplda_wire.settings}
+SETTINGS_OF = {"dplda": run_settings}
 
 
 def _toy_wire(**names) -> ModuleType:
@@ -73,11 +76,16 @@ def test_every_registered_method_has_each_part_of_its_declared_type(name):
 
 
 @pytest.mark.parametrize("name", list(METHODS))
-def test_a_registry_hook_its_wire_module_defines_is_the_one_its_spec_calls(name):
+def test_a_registry_hook_its_home_module_defines_is_the_one_its_spec_calls(name):
     module = importlib.import_module(f"flower_topics.wire.{name}")
     assert MethodWire.read(module) == METHODS[name].wire
     hooks = ("check_config", "check_noise", "quality_notes", "planned_releases")
-    defined = {hook: getattr(module, hook) for hook in hooks if hasattr(module, hook)}
+    assert [hook for hook in hooks if hasattr(module, hook)] == []  # a wire module holds message formats only
+    strategy = importlib.import_module(f"flower_topics.strategies.{name}")
+    if hasattr(strategy, "quality_notes"):  # named, imported when called: the registry imports no strategy
+        assert METHODS[name].quality_notes == NamedHook(f"flower_topics.strategies.{name}:quality_notes")
+    budget = {"check_config", "check_noise", "planned_releases"} if name == "dplda" else set()
+    defined = {hook: getattr(dplda_calibration, hook) for hook in budget}
     assert {hook: getattr(METHODS[name], hook) for hook in defined} == defined  # none defined and left unused
 
 

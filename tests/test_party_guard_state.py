@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from flower_topics.clients import dplda as client
+from flower_topics.privacy import dplda_calibration as calibration
 from flower_topics.privacy import guard
-from flower_topics.wire import dplda as wire
 from flower_topics.wire.dplda import DPLDASettings
 from tests.accounting import pld_epsilon, pld_noise
 
@@ -30,8 +30,8 @@ def _message(state: client.DPLDAClientState, sigma: float, n: int) -> bool:
 def test_a_party_keeping_its_guard_answers_every_release_as_its_accountant_with_few_epsilons(monkeypatch):
     sigma = pld_noise(TARGET, DELTA, RATE, 40)
     computed: list[list[int]] = []
-    real = wire.rounds_epsilon
-    monkeypatch.setattr(wire, "rounds_epsilon", lambda s, n, d: computed[-1].append(n) or real(s, n, d))
+    real = calibration.rounds_epsilon
+    monkeypatch.setattr(calibration, "rounds_epsilon", lambda s, n, d: computed[-1].append(n) or real(s, n, d))
     state = client.DPLDAClientState()
     answers = []
     for n in range(1, 61):
@@ -66,7 +66,7 @@ def test_under_secure_aggregation_releases_at_another_noise_are_composed_as_they
 
     settings = DPLDASettings(n_topics=2, alpha=0.1, sample_rate=RATE, clip=1.0, noise_multiplier=1.0, epsilon=TARGET,
                              delta=DELTA, secure=True, quantum=64.0)
-    sigma = wire.noise_multiplier({"dplda.clip": 1.0, "dplda.quantum": 64.0, "secure-aggregation": True,
+    sigma = calibration.noise_multiplier({"dplda.clip": 1.0, "dplda.quantum": 64.0, "secure-aggregation": True,
                                    "dplda.epsilon": TARGET, "dplda.delta": DELTA, "vocabulary": "file",
                                    "vocabulary-epsilon": 0.0, "vocabulary-delta": 0.0, "dplda.sample-rate": RATE,
                                    "num-rounds": 40})
@@ -77,6 +77,6 @@ def test_under_secure_aggregation_releases_at_another_noise_are_composed_as_they
     exact.step(noise_multiplier=sigma / 4, sample_rate=RATE, steps=20)
     exact.step(noise_multiplier=sigma, sample_rate=RATE)
     assert exact.get_epsilon(DELTA) > TARGET  # the lower noise has spent the budget
-    assert wire.rounds_epsilon(settings, 21, DELTA) <= TARGET  # 21 releases at today's sigma would fit
+    assert calibration.rounds_epsilon(settings, 21, DELTA) <= TARGET  # 21 releases at today's sigma would fit
     guard._BOUNDS.clear()
     assert client.spending_over_cap(releases, settings, 0.0, 0.0, TARGET) == pytest.approx(exact.get_epsilon(DELTA))

@@ -19,6 +19,8 @@ from flower_topics.metrics.prevalence import period_totals
 from flower_topics.run.config import parse_run_config
 from flower_topics.run.prevalence_outputs import read_prevalence
 from flower_topics.simulations.inprocess import InProcessGrid
+from flower_topics.privacy import dplda_calibration
+from flower_topics.strategies.dplda import run_settings
 from flower_topics.wire import dplda as dplda_wire
 
 GROUP_A = ("engine", "wheel", "brake", "garage", "diesel", "tyre")
@@ -134,23 +136,23 @@ DP = {**BASE, "method": "dplda", "vocabulary": "private", "prevalence-from": "20
 def test_dplda_calibrates_its_rounds_with_the_prevalence_release_in_one_guarantee():
     with_it = parse_run_config(DP)
     without = parse_run_config({**DP, "prevalence-period": ""})
-    sigma_p = dplda_wire.prevalence_noise(with_it)
-    settings = dplda_wire.settings(with_it)
-    assert sigma_p > 0 and settings.noise_multiplier > dplda_wire.settings(without).noise_multiplier
-    eps_rounds, delta = dplda_wire.budget(with_it).for_rounds()
+    sigma_p = dplda_calibration.prevalence_noise(with_it)
+    settings = run_settings(with_it)
+    assert sigma_p > 0 and settings.noise_multiplier > run_settings(without).noise_multiplier
+    eps_rounds, delta = dplda_calibration.budget(with_it).for_rounds()
     # the rounds and the prevalence release together meet what the vocabulary leaves, no more
-    total = dplda_wire.rounds_epsilon(settings, 3, delta, sigma_p)
+    total = dplda_calibration.rounds_epsilon(settings, 3, delta, sigma_p)
     assert total <= eps_rounds * (1 + 1e-9) and total > 0.95 * eps_rounds
     # the prevalence release alone is calibrated to its share
-    alone = dplda_wire.accountant(settings)
+    alone = dplda_calibration.accountant(settings)
     alone.step(noise_multiplier=sigma_p, sample_rate=1.0)
     assert alone.get_epsilon(delta) == pytest.approx(0.1 * eps_rounds, rel=2e-3)
-    planned = dplda_wire.planned_releases(with_it)
+    planned = dplda_calibration.planned_releases(with_it)
     assert any(r.sample_rate == 1.0 and r.noise_multiplier == sigma_p for r in planned)
 
 
 def _request(sigma_p: float, secure: bool = False, **extra) -> ConfigRecord:
-    settings = dplda_wire.settings(parse_run_config({**DP, "secure-aggregation": secure}))
+    settings = run_settings(parse_run_config({**DP, "secure-aggregation": secure}))
     return ConfigRecord({**settings.to_record(), dplda_wire.PREVALENCE_NOISE: sigma_p, **extra})
 
 
@@ -161,7 +163,7 @@ def test_dplda_prevalence_noise_is_gaussian_at_the_calibrated_scale():
     theta = rng.dirichlet(np.ones(4), size=30)
     index = rng.integers(0, 3, size=30)
     exact = period_totals(theta, index, 3)[0]
-    sigma = dplda_wire.prevalence_noise(parse_run_config(DP))
+    sigma = dplda_calibration.prevalence_noise(parse_run_config(DP))
     draws = np.array([dplda_client.prevalence_release(theta, index, 3, _request(sigma), dplda_client.DPLDAClientState(),
                                                       seed)[0] - exact for seed in range(400)])
     noise = draws.reshape(400, -1)
@@ -176,7 +178,7 @@ def test_dplda_prevalence_noise_is_gaussian_at_the_calibrated_scale():
 def test_a_hostile_server_gets_one_noisy_prevalence_and_never_an_exact_one():
     theta, index = np.full((5, 2), 0.5), np.zeros(5, dtype=np.int64)
     state = dplda_client.DPLDAClientState()
-    sigma = dplda_wire.prevalence_noise(parse_run_config(DP))
+    sigma = dplda_calibration.prevalence_noise(parse_run_config(DP))
     with pytest.raises(UserInputError, match="carries no noise"):
         dplda_client.prevalence_release(theta, index, 1, _request(0.0), state, 1)
     dplda_client.prevalence_release(theta, index, 1, _request(sigma), state, 1)
@@ -292,7 +294,7 @@ def test_a_party_ledger_records_dplda_prevalence_and_refuses_an_exact_table(tmp_
         ledger = read_ledger(tmp_path / f"ledger-{i}.json")
         assert [e.release.sample_rate for e in ledger.entries][-1] == 1.0  # the prevalence release, last
         spent = ledger.spent(documents_fingerprint(context.node_config, data_config(parsed)), 1e-5)
-        assert spent == pytest.approx(compose(dplda_wire.planned_releases(parsed), 1e-5), rel=1e-9)
+        assert spent == pytest.approx(compose(dplda_calibration.planned_releases(parsed), 1e-5), rel=1e-9)
         assert spent <= model.metadata["privacy"]["document_epsilon"] * (1 + 1e-9)
     # a hostile server asks the same party for lda's (exact) prevalence table
     node, context = next(iter(grid.contexts.items()))

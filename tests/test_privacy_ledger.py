@@ -32,7 +32,7 @@ from flower_topics.privacy.ledger import (
 from flower_topics.run.config import parse_run_config
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.strategies.base import FederationError
-from flower_topics.wire import dplda as dplda_wire
+from flower_topics.privacy import dplda_calibration
 from tests.test_method_contract import NEEDS, TINY
 
 DELTA = 1e-5
@@ -190,8 +190,8 @@ def _run(tmp_path, config, nodes, run_id, party):
 
 def test_a_hostile_server_starting_runs_until_the_cap_and_one_more_is_refused(tmp_path, monkeypatch):
     config = parse_run_config(RUN)
-    one_run = compose(dplda_wire.planned_releases(config), DELTA)
-    cap = compose(dplda_wire.planned_releases(config) * 2, DELTA)  # two runs fit, composed
+    one_run = compose(dplda_calibration.planned_releases(config), DELTA)
+    cap = compose(dplda_calibration.planned_releases(config) * 2, DELTA)  # two runs fit, composed
     assert cap < 2 * one_run
     nodes = _node_configs(tmp_path, cap)
     # the server tells the parties a run of one round at eps 0.1: the check before round 1 passes on its word
@@ -202,7 +202,7 @@ def test_a_hostile_server_starting_runs_until_the_cap_and_one_more_is_refused(tm
         assert model.metadata["privacy"]["epsilon"] == pytest.approx(one_run, rel=1e-9)
         for i in range(2):
             assert read_ledger(tmp_path / f"ledger-{i}.json").spent(_documents(tmp_path, i), DELTA) == \
-                pytest.approx(compose(dplda_wire.planned_releases(config) * run_id, DELTA), rel=1e-12)
+                pytest.approx(compose(dplda_calibration.planned_releases(config) * run_id, DELTA), rel=1e-12)
     party.replies.clear()
     with pytest.raises(FederationError, match="past the lifetime cap"):
         _run(tmp_path, RUN, nodes, 3, party)
@@ -249,7 +249,7 @@ def test_a_resumed_run_is_counted_once(tmp_path, monkeypatch):
     for context in grid.contexts.values():
         context.run_id = 2  # a resume is a new run
     run_server(grid, resumed)
-    planned = dplda_wire.planned_releases(parse_run_config(config))  # one whole run: 4 rounds
+    planned = dplda_calibration.planned_releases(parse_run_config(config))  # one whole run: 4 rounds
     for i in range(2):
         book = read_ledger(tmp_path / f"ledger-{i}.json")
         assert [(e.run, e.number) for e in book.entries] == [(1, 0), (1, 1), (2, 0), (2, 1)]
@@ -347,7 +347,7 @@ def _answered(party: _Party) -> list[str]:
 
 
 def test_a_lifetime_epsilon_below_one_run_is_one_line_before_round_1(tmp_path, monkeypatch):
-    one_run = compose(dplda_wire.planned_releases(parse_run_config(RUN)), DELTA)
+    one_run = compose(dplda_calibration.planned_releases(parse_run_config(RUN)), DELTA)
     party = _Party(RUN, monkeypatch)
     with pytest.raises(FederationError, match="below what one run of dplda"):
         _run(tmp_path, RUN, _node_configs(tmp_path, one_run * 0.9), 1, party)
@@ -415,7 +415,7 @@ def test_on_the_deployment_engine_a_second_run_past_the_cap_is_refused_by_the_pa
     settings = {"method": "dplda", "num-topics": 3, "num-rounds": 1, "min-nodes": 1, "vocabulary": str(vocabulary),
                 "federated-eval": False, "dplda.epsilon": 2.0, "dplda.sample-rate": 0.5, "dplda.init": "random",
                 "verbose": True}
-    planned = dplda_wire.planned_releases(parse_run_config(settings))
+    planned = dplda_calibration.planned_releases(parse_run_config(settings))
     one, two = compose(planned, DELTA), compose(planned * 2, DELTA)
     cap = (one + two) / 2  # one run fits, two do not
     book = tmp_path / "party" / "ledger.json"

@@ -36,6 +36,14 @@ def test_the_skellam_rdp_bound_holds_for_the_exact_divergence(mu, slack):
     assert skellam_dp.skellam_rdp(4, 1, 1, 1e6) == pytest.approx(4 / 2e6, rel=1e-3)  # Gaussian in the limit
 
 
+
+def test_a_noisy_entry_is_given_40_noise_standard_deviations_and_100_units_of_room():
+    assert skellam_dp.largest_entry(7, 2.0) == 7 + 40 * 2.0 + 100
+    assert skellam_dp.largest_entry(7, 2.0, slack=0.0) == 87.0  # continuous (Gaussian) noise: no slack
+    for variance in (0.01, 1.0, 50.0, 1e4):  # the Skellam tail beyond the room is below 2^-60 (its docstring)
+        room = skellam_dp.largest_entry(0, np.sqrt(variance))
+        assert 2 * skellam.sf(room, variance / 2, variance / 2) < 2.0 ** -60
+
 def test_subsampled_skellam_costs_at_least_the_gaussian_and_more_at_coarse_quanta():
     """The Skellam figures against dp-accounting's RDP of the subsampled Gaussian (exact for the Gaussian): never
     below it (within the 1% the two libraries' orders and conversions differ by), equal to it without subsampling

@@ -46,10 +46,11 @@ from flower_topics.clients.base import LocalStep, Update
 from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models import svi
+from flower_topics.privacy import dplda_calibration as calibration
 from flower_topics.privacy import guard
 from flower_topics.privacy.ledger import APPROX_DP, Release, compose
 from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts, SecureFacts
-from flower_topics.privacy.skellam_mechanism import skellam_noise
+from flower_topics.privacy.skellam_mechanism import largest_entry, skellam_noise
 from flower_topics.wire import dplda as wire
 
 
@@ -167,10 +168,11 @@ def secure_headroom(settings: wire.DPLDASettings, n_docs: int, noise_share: floa
     """Why this party's update could wrap the secure sum, or None.
 
     A cell of its update is at most ``C x quantum`` per document it holds plus its noise,
-    which exceeds 40 standard deviations (plus 100) with probability below ``2^-60``.
+    which exceeds 40 standard deviations (plus 100) with probability below ``2^-60``
+    (:func:`~flower_topics.privacy.skellam_mechanism.largest_entry`).
     """
     noise_sd = np.sqrt(noise_share) * settings.noise_multiplier * settings.sensitivity_units
-    largest = settings.sensitivity_units * n_docs + 40 * noise_sd + 100
+    largest = largest_entry(settings.sensitivity_units * n_docs, noise_sd)
     if largest <= limit:
         return None
     return (f"secure sum: with {n_docs} training documents an entry of this party's update could reach "
@@ -196,7 +198,7 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
         return spent if spent > limit else None
     # every release at these settings' (sigma, q): one self-composed event
     kind = (settings.secure, settings.noise_multiplier, settings.sample_rate, delta, settings.sensitivity_units)
-    epsilon_of = lambda n: wire.rounds_epsilon(settings, n, delta)  # noqa: E731
+    epsilon_of = lambda n: calibration.rounds_epsilon(settings, n, delta)  # noqa: E731
     budget = limit - before_eps
     question = np.array([float(settings.secure), settings.noise_multiplier, settings.sample_rate, delta,
                          settings.sensitivity_units, budget])
@@ -325,7 +327,7 @@ def prevalence_release(theta: np.ndarray, index: np.ndarray, n_periods: int, con
         units = settings.sensitivity_units
         table = period_totals(integer_shares(theta, units, rng), index, n_periods)[0].astype(np.int64)
         variance = party.secure.noise_share * (sigma * units) ** 2
-        largest = units * theta.shape[0] + 40 * np.sqrt(variance) + 100
+        largest = largest_entry(units * theta.shape[0], np.sqrt(variance))
         if largest > party.secure.entry_limit:
             raise UserInputError(f"secure sum: an entry of this party's prevalence table could reach {largest:.3g}, "
                                  f"over {party.secure.entry_limit}; use a larger secure-aggregation-bits")

@@ -125,7 +125,7 @@ def secure_headroom(corpus: Corpus, limit: int) -> str | None:
     An entry of a change moves tokens of one word into or out of one topic, so its magnitude is
     at most the party's count of that word (reached when it first enters its counts).
     """
-    largest = int(np.bincount(corpus.tokens).max()) if corpus.n_tokens else 0
+    largest = corpus.largest_word_count()
     if largest <= limit:
         return None
     return (f"secure sum: a word occurs {largest} times in this party's documents, and a count change of that size "

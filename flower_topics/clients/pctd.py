@@ -29,6 +29,7 @@ from flower_topics.data.corpus import Corpus
 from flower_topics.errors import UserInputError
 from flower_topics.models.pctd import SemanticUnits, boundary_units, chunk_offsets, local_em_step, random_doc_topic
 from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
+from flower_topics.privacy.skellam_mechanism import largest_entry
 from flower_topics.secure_sum.protocol import quantize
 from flower_topics.wire import pctd as wire
 from flower_topics.wire.pctd import PCTDSettings
@@ -114,12 +115,12 @@ def secure_headroom(corpus: Corpus, settings: PCTDSettings, limit: int) -> str |
 
     An entry of ``M_t`` is at most the word's count plus the noise ``sum_u r_uk Omega_uw``,
     whose standard deviation is at most ``sigma sqrt(U)`` over the ``U`` units; the check asks
-    for room for 40 of them. (An entry beyond it is clipped to the range, post-processing:
+    for room for 40 of them (:func:`~flower_topics.privacy.skellam_mechanism.largest_entry`). (An entry beyond it is clipped to the range, post-processing:
     it costs accuracy, never privacy, and never wraps.)
     """
     units = semantic_units(corpus, settings)
-    largest = int(np.bincount(corpus.tokens).max()) if corpus.n_tokens else 0
-    bound = (largest + 40.0 * settings.sigma * np.sqrt(units.counts.shape[0])) * settings.quantum
+    bound = largest_entry(corpus.largest_word_count(), settings.sigma * np.sqrt(units.counts.shape[0]), slack=0.0
+                          ) * settings.quantum
     if bound <= limit:
         return None
     return (f"secure sum: an entry of this party's statistic could reach {bound:.3g} units, over {limit}, the most "

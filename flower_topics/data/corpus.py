@@ -133,6 +133,11 @@ class Corpus:
             return None
         return np.union1d(np.flatnonzero(self.sentence_start), self.doc_ptr).astype(np.int64)
 
+    def largest_word_count(self) -> int:
+        """The most times one word occurs over all documents (0 without tokens): the largest count of one word that
+        a party holding this corpus can contribute to a sum."""
+        return int(np.bincount(self.tokens).max()) if self.n_tokens else 0
+
     def document(self, d: int) -> np.ndarray:
         """Token ids of document ``d``."""
         return self.tokens[self.doc_ptr[d] : self.doc_ptr[d + 1]]

@@ -318,14 +318,14 @@ def send_secure_counts(msg: Message, context: Context, config: Mapping[str, Any]
     """``private`` under secure aggregation: this party's bounded document frequencies over the public
     candidates, plus its share of the Skellam noise, masked (:mod:`flower_topics.privacy.secure_vocabulary`)."""
     from flower_topics.privacy import secure_vocabulary
-    from flower_topics.privacy.skellam_mechanism import skellam_noise
+    from flower_topics.privacy.skellam_mechanism import largest_entry, skellam_noise
     from flower_topics.secure_sum import party as secure_party
 
     request, record = msg.content[CONFIG], msg.content[secure_sum.ROUND_RECORD]
     facts = party.secure
     epsilon, delta, max_words = float(request["epsilon"]), float(request["delta"]), int(request["max-words"])
     variance = facts.noise_share * secure_vocabulary.noise_variance(epsilon, delta, max_words)
-    largest = documents.corpus.n_docs + 40 * variance ** 0.5 + 100
+    largest = largest_entry(documents.corpus.n_docs, variance ** 0.5)
     if largest > facts.entry_limit:
         raise UserInputError(f"secure sum: a document frequency of this party's could reach {largest:.3g}, over "
                              f"{facts.entry_limit}; use a larger secure-aggregation-bits")

@@ -368,6 +368,24 @@ def natural_gradient_step(lam: np.ndarray, estimate: np.ndarray, rho: float) -> 
     return (1.0 - rho) * lam + rho * estimate
 
 
+def public_lambda(average: np.ndarray, noise_variance: float, *, eta: float | np.ndarray, threshold: float,
+                  background: float) -> np.ndarray:
+    """The topics' public Dirichlet parameters from the noisy running average (post-processing).
+
+    ``eta + T_k + background / (1 - background) * |T_k| u``, where ``T = (average - eta)`` with
+    every cell below ``threshold * sqrt(noise_variance)`` set to 0 (negative cells always), ``|T_k|``
+    its row sums and ``u`` the normalized positive part of the average's column sums. ``eta`` is a
+    number or, with seed words, the ``(K, V)`` prior ``eta_kw``.
+    """
+    signal = average - eta
+    kept = np.where(signal > threshold * np.sqrt(noise_variance), signal, 0.0)
+    if background <= 0:
+        return eta + kept
+    unigram = np.maximum(signal.sum(axis=0), 0.0) + 1e-12
+    unigram /= unigram.sum()
+    return eta + kept + background / (1.0 - background) * kept.sum(axis=1, keepdims=True) * unigram
+
+
 def initial_lambda(n_topics: int, n_words: int, seed: int) -> np.ndarray:
     """The public initial ``lambda``: Gamma(100, 1/100) entries (Hoffman et al.'s initialization) from ``seed``."""
     return np.random.default_rng(seed).gamma(100.0, 0.01, size=(n_topics, n_words))

@@ -1,4 +1,5 @@
-"""The settings of a public head start for DP-SVI, from the public corpus and the run's public settings alone.
+"""A public head start for DP-SVI (:func:`public_start`: an LDA of public text) and its settings, from the public
+corpus and the run's public settings alone.
 
 A public start is LDA topics of public text of the parties' domain. Two numbers decide how much
 of it the final topics keep: its pseudo-counts (its mass in ``lambda``) and how fast the steps
@@ -26,10 +27,17 @@ from __future__ import annotations
 
 import math
 
+from typing import Sequence
+
 import numpy as np
 import scipy.sparse as sp
 
+from flower_topics.data.corpus import Corpus
+from flower_topics.data.public_corpus import check_public_size, over_vocabulary
 from flower_topics.models import svi
+from flower_topics.models.lda import fit_lda
+from flower_topics.models.seed_words import SeedPrior
+from flower_topics.models.svi_seeds import seeded_start
 
 #: The share of the start's weight left after the run's rounds (:func:`half_weight_delay`).
 KEPT_SHARE = 0.5
@@ -104,3 +112,70 @@ def public_evidence(topic_word: np.ndarray, counts: sp.csr_matrix, *, alpha: flo
     n_topics = topic_word.shape[0]
     lam = svi.distribution_lambda(topic_word, mass=max(float(counts.sum()) / n_topics, 1.0))
     return svi.e_step(lam, counts, alpha=alpha, clip=clip, max_iter=e_step_iterations).statistic
+
+
+#: Gibbs sweeps of the public start's LDA (:func:`public_start`).
+PUBLIC_SWEEPS = 200
+
+
+def public_start(corpus: Corpus, vocabulary: Sequence[str], n_topics: int, *, alpha: float, eta: float, seed: int,
+                 source: str = "dplda.public-corpus", sweeps: int = PUBLIC_SWEEPS,
+                 mass: float | None = svi.START_MASS, clip: float = 2.0, e_step_iterations: int = 50,
+                 seeds: SeedPrior | None = None) -> np.ndarray:
+    """A public initial ``lambda``: non-private collapsed Gibbs LDA of public text over the agreed vocabulary.
+
+    The corpus' words outside ``vocabulary`` are dropped (and documents left empty); ``sweeps``
+    sweeps of :func:`~flower_topics.models.lda.fit_lda` from ``seed`` (the run's public seed)
+    give the topic-word distributions, scaled by :func:`~flower_topics.models.svi.distribution_lambda`
+    to ``mass`` pseudo-counts a topic, or with ``mass=None`` turned into the public corpus' evidence,
+    ``eta +`` :func:`public_evidence` (its documents' expected counts,
+    clipped to ``clip`` as a party's). No party's document enters it: it costs no privacy. With ``seeds`` the
+    LDA's prior is :meth:`~flower_topics.models.seed_words.SeedPrior.matrix` of ``eta`` (the seeded topics come
+    first, as in ``lda``), and that matrix replaces ``eta`` in the evidence (or, with ``mass``, its seed weight is
+    added: :func:`~flower_topics.models.svi_seeds.seeded_start` without reordering).
+
+    Parameters
+    ----------
+    corpus : Corpus
+        The public text, over its own words.
+    vocabulary : sequence of str
+        The agreed vocabulary (V words, in column order).
+    n_topics : int
+        K.
+    alpha, eta : float
+        The LDA's document-topic and topic-word priors.
+    seed : int
+        The run's public seed.
+    source : str
+        What the refusals call the corpus.
+    sweeps : int
+        Gibbs sweeps.
+    mass : float or None
+        Pseudo-counts per topic (``dplda.public-weight``); None: the public corpus' evidence.
+    clip : float
+        The run's clip norm ``C`` (the evidence's clipping).
+    e_step_iterations : int
+        Most gamma iterations of the evidence's E-step.
+    seeds : SeedPrior, optional
+        Seed words (guided topics) over ``vocabulary``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(K, V)`` float64 initial ``lambda``.
+
+    Raises
+    ------
+    UserInputError
+        When the corpus shares no word with the vocabulary, or holds over it fewer than ``K`` documents or
+        fewer than :data:`~flower_topics.data.public_corpus.PUBLIC_TOKENS_PER_TOPIC` x ``K`` tokens (one line).
+    """
+    public = over_vocabulary(corpus, vocabulary)
+    check_public_size(public, n_topics, source=source, vocabulary_size=len(vocabulary))
+    topic_word = fit_lda(public, n_topics, alpha=alpha, beta=eta, n_iter=sweeps, seed=seed, seeds=seeds)
+    if mass is not None:
+        start = svi.distribution_lambda(topic_word, mass=mass)
+        return start if seeds is None else seeded_start(start, seeds, reorder=False)
+    prior = eta if seeds is None else seeds.matrix(eta)
+    return prior + public_evidence(topic_word, svi.document_counts(public), alpha=alpha, clip=clip,
+                                            e_step_iterations=e_step_iterations)

@@ -43,6 +43,12 @@ class NoDocumentGuarantee:
         return f"{self.PREFIX}{self.reason}"
 
     @classmethod
+    def unaccounted(cls, release: str, without: str = "") -> "NoDocumentGuarantee":
+        """No bound because ``release`` of the party's documents is outside every accountant; ``without``: what the
+        bound would be without it (written in parentheses after the reason)."""
+        return cls(f"{release} is not accounted" + (f" ({without})" if without else ""))
+
+    @classmethod
     def parse(cls, document_guarantee: str) -> "NoDocumentGuarantee | None":
         """The absent guarantee a report's ``document_guarantee`` text states, or None when it states a bound."""
         if document_guarantee.startswith(cls.PREFIX):
@@ -74,9 +80,10 @@ class PrivacyReport:
     document_epsilon, document_delta : float or None
         The whole run's guarantee for adding or removing one document of a party, every
         release that depends on its documents composed; None where there is none.
-    document_guarantee : str
+    document_guarantee : str or NoDocumentGuarantee
         What the document figures cover (which releases, which accountant, whom it holds
-        against), or a :class:`NoDocumentGuarantee`'s text (``"none: "`` and why there is no document-level bound).
+        against), or a :class:`NoDocumentGuarantee` (kept as its text, ``"none: "`` and why there is no
+        document-level bound, what the files hold; :attr:`absent_guarantee` reads it back).
     details : Mapping
         Method-specific figures (e.g. eta, the number of tuples per document, the RDP
         order), written flat beside the fields above.
@@ -97,6 +104,8 @@ class PrivacyReport:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if isinstance(self.document_guarantee, NoDocumentGuarantee):
+            object.__setattr__(self, "document_guarantee", str(self.document_guarantee))
         if (self.document_epsilon is None) != (self.document_delta is None):
             raise ValueError("document_epsilon and document_delta are given together or not at all")
         if self.document_epsilon is not None:
@@ -104,7 +113,7 @@ class PrivacyReport:
                 raise ValueError("document_epsilon must be >= 0 and document_delta in [0, 1]")
             if self.document_delta >= 1:
                 raise ValueError("a document_delta of 1 is no guarantee: give None and say why in document_guarantee")
-            if NoDocumentGuarantee.parse(self.document_guarantee) is not None:
+            if self.absent_guarantee is not None:
                 raise ValueError("a document-level figure with a 'none' document_guarantee")
 
     @classmethod
@@ -112,6 +121,21 @@ class PrivacyReport:
         """The report of a run without a privacy mechanism (``reason``: what is sent instead)."""
         return cls(mechanism="none", unit="none", accountant="none (no privacy mechanism)", rounds=rounds,
                    guarantee="none", document_guarantee=str(NoDocumentGuarantee(reason)), details=details)
+
+    @property
+    def absent_guarantee(self) -> NoDocumentGuarantee | None:
+        """Why there is no document-level bound, when :attr:`document_guarantee` states there is none."""
+        return NoDocumentGuarantee.parse(self.document_guarantee)
+
+    @staticmethod
+    def document_fields(epsilon: float, delta: float, guarantee: str, unaccounted: str | None) -> dict[str, Any]:
+        """A report's document-level fields: ``epsilon`` and ``delta`` per document under ``guarantee``, or, when
+        ``unaccounted`` names a release of the party's documents outside every accountant (the federated
+        evaluation), no bound, with the training's figure alone in the reason."""
+        if unaccounted is not None:
+            return dict(document_guarantee=NoDocumentGuarantee.unaccounted(
+                unaccounted, f"training alone: eps {epsilon:.4g}, delta {delta:g} per document"))
+        return dict(document_epsilon=epsilon, document_delta=delta, document_guarantee=guarantee)
 
     @property
     def has_document_guarantee(self) -> bool:
@@ -136,16 +160,14 @@ class PrivacyReport:
     def without_document_guarantee(self, release: str) -> "PrivacyReport":
         """This report with an unaccounted release of the party's documents (e.g. the ``union`` vocabulary)
         composed in: no document-level bound is left, and the guarantee says which release voids it."""
-        reason = f"{release} is not accounted"
-        if not self.has_document_guarantee:
-            absent = NoDocumentGuarantee.parse(self.document_guarantee)
-            previous = absent.reason if absent is not None else self.document_guarantee
-            reason = f"{previous}; also {reason}" if previous else reason
+        if self.has_document_guarantee:
+            absent = NoDocumentGuarantee.unaccounted(release, f"without it: eps {self.document_epsilon:.4g}, delta "
+                                                              f"{self.document_delta:.3g}: {self.document_guarantee}")
         else:
-            reason = (f"{reason} (without it: eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g}: "
-                      f"{self.document_guarantee})")
-        return dataclasses.replace(self, document_epsilon=None, document_delta=None,
-                                   document_guarantee=str(NoDocumentGuarantee(reason)))
+            unaccounted, before = NoDocumentGuarantee.unaccounted(release), self.absent_guarantee
+            previous = before.reason if before is not None else self.document_guarantee
+            absent = NoDocumentGuarantee(f"{previous}; also {unaccounted.reason}") if previous else unaccounted
+        return dataclasses.replace(self, document_epsilon=None, document_delta=None, document_guarantee=absent)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, with ``details`` written flat beside them (a detail never overrides a field)."""

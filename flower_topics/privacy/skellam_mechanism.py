@@ -49,6 +49,35 @@ def skellam_rdp(alpha: float, l1: float, l2: float, mu: float) -> float:
     return alpha * l2 ** 2 / (2 * mu) + min(((2 * alpha - 1) * l2 ** 2 + 6 * l1) / (4 * mu ** 2), 3 * l1 / (2 * mu))
 
 
+#: Standard deviations of noise a sum's entry is given room for (:func:`largest_entry`).
+HEADROOM_SDS = 40
+#: Integer units of room beyond them, for noise of small variance (:func:`largest_entry`).
+HEADROOM_SLACK = 100.0
+
+
+def largest_entry(most: float, noise_sd: float, *, slack: float = HEADROOM_SLACK) -> float:
+    """The most a party's noisy entry of a secure sum can reach, but with negligible probability: ``most`` (the
+    largest the party's own data can put in the entry) ``+ 40`` noise standard deviations ``+ slack`` (100).
+
+    Why 40 and 100: Skellam noise of variance ``v`` is a difference of two Poisson variables, whose tails
+    Bernstein's inequality bounds: ``P(|X| >= t) <= 2 exp(-t^2 / (2 (v + t / 3)))``. At ``t = 40 sqrt(v) + 100`` the
+    exponent is at least 150 for every ``v`` (about 800 when ``v`` is large, where the 40 standard deviations
+    decide; 150 as ``v`` goes to 0, where the Poisson parts' discreteness does and the 100 units cover it), so an
+    entry passes the room with probability below ``2 exp(-150) < 2^-60``. For Gaussian noise (``slack=0``) 40
+    standard deviations alone leave a tail below ``exp(-800)``.
+
+    Parameters
+    ----------
+    most : float
+        The largest value the party's data can put in one entry (before noise).
+    noise_sd : float
+        The standard deviation of the noise the party adds to the entry.
+    slack : float (default: 100.0)
+        Units of room beyond the standard deviations (0 for continuous noise).
+    """
+    return most + HEADROOM_SDS * noise_sd + slack
+
+
 def skellam_noise(shape: tuple[int, ...], variance: float, rng: np.random.Generator) -> np.ndarray:
     """``Sk(variance)`` per cell: ``Poisson(variance / 2) - Poisson(variance / 2)``, int64."""
     if not variance > 0:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 from flower_topics.privacy.accountants import RDPAccountant
-from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
+from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.wire.ntm import NTMSettings
 
 ACCOUNTANT = "RDP (opacus), per party"
@@ -54,7 +54,7 @@ def privacy_report(settings: NTMSettings, *, rounds: int, secure: bool, party_ep
     if secure:
         return secure_report(settings, rounds, steps, evaluation)
     epsilon = epsilon_before + max(party_epsilon.values(), default=0.0)
-    document = _document(settings, epsilon, DOCUMENT_GUARANTEE, evaluation)
+    document = PrivacyReport.document_fields(epsilon, settings.dp_delta, DOCUMENT_GUARANTEE, evaluation)
     return PrivacyReport(
         mechanism="gaussian (DP-SGD)", unit="document", accountant=ACCOUNTANT, rounds=rounds,
         epsilon_round=max(first_epsilon.values(), default=0.0), delta_round=settings.dp_delta,
@@ -66,16 +66,6 @@ def privacy_report(settings: NTMSettings, *, rounds: int, secure: bool, party_ep
         details={"noise_multiplier": settings.noise_multiplier, "max_grad_norm": settings.max_grad_norm,
                  "dp_steps_per_round": steps, "parties_reporting": len(party_epsilon),
                  "training_document_epsilon": epsilon})
-
-
-def _document(settings: NTMSettings, epsilon: float, guarantee: str, evaluation: str | None) -> dict[str, Any]:
-    """The report's document-level figure: ``epsilon`` at ``dp-delta`` under ``guarantee``, or none where the
-    federated ``evaluation`` is released outside every accountant."""
-    if evaluation is not None:
-        return dict(document_guarantee=str(NoDocumentGuarantee(f"{evaluation} is not accounted (training alone: "
-                                                               f"eps {epsilon:.4g}, delta {settings.dp_delta:g} "
-                                                               "per document)")))
-    return dict(document_epsilon=epsilon, document_delta=settings.dp_delta, document_guarantee=guarantee)
 
 
 def rdp_epsilon(settings: NTMSettings, sample_rate: float, steps: int) -> float:
@@ -96,7 +86,7 @@ def secure_report(settings: NTMSettings, rounds: int, steps: int, evaluation: st
     """
     q = settings.secure_sample_rate()
     epsilon = rdp_epsilon(settings, q, rounds * steps) if rounds else 0.0
-    document = _document(settings, epsilon, SECURE_DOCUMENT_GUARANTEE, evaluation)
+    document = PrivacyReport.document_fields(epsilon, settings.dp_delta, SECURE_DOCUMENT_GUARANTEE, evaluation)
     return PrivacyReport(
         mechanism="gaussian (DP-SGD)", unit="document", accountant="RDP (opacus), run by the server at the "
         "largest sample rate a party may have", rounds=rounds,

@@ -124,17 +124,3 @@ def reply_spec(settings: FTMSettings, vocab_size: int, local_topics: int | None 
     rows = ArraySpec("floating", (local_topics, vocab_size), low=0, what="topic-word probabilities")
     return ReplySpec(METHOD, {TOPIC_WORD_KEY: rows}, metrics=("num-tokens",),
                      max_bytes=8 * MAX_LOCAL_TOPICS * vocab_size + (1 << 16))
-
-
-def quality_notes(config: Mapping[str, Any]) -> list[str]:
-    """Why a run with this config gives collapsed topics, and the options that change it (the console says it)."""
-    import math
-
-    epsilon, tau = float(config["ftm.epsilon"]), float(config["ftm.tau"])
-    share = math.exp(-tau * epsilon) / 2  # expected share of the vocabulary a token's noisy vector keeps as noise
-    if share < 1e-3:
-        return []
-    return [f"ftm.epsilon={epsilon:g}, ftm.tau={tau:g}: each token's noisy vector keeps about {100 * share:.2g}% of "
-            "the vocabulary as noise entries against its one word, so the merged topics collapse (docs/ftm.md); "
-            "a larger ftm.epsilon x ftm.tau shrinks that share (without noise, ftm.epsilon=1e6 ftm.tau=0.5, "
-            "the topics read)"]

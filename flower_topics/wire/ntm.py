@@ -316,14 +316,3 @@ def reply_spec(settings: NTMSettings, vocab_size: int) -> ReplySpec:
     what = "mini-batch gradient G_l" if settings.sync == "minibatch" else "local weights"
     return ReplySpec(METHOD, {reply_key(settings): ArraySpec("floating", (1, p), what=what)},
                      metrics=reply_metrics(settings), max_bytes=8 * p + (1 << 16))  # float32 is 4P; float64 would pass
-
-
-def quality_notes(config: Mapping[str, Any]) -> list[str]:
-    """Why a DP-SGD run gives noise topics, and the option that changes it (the console says it)."""
-    if not bool(config["ntm.dp"]):
-        return []
-    return [f"ntm.dp=true (noise multiplier {float(config['ntm.noise-multiplier']):g}): DP-SGD over a few dozen "
-            "documents per party a step gives noise topics (NPMI about -0.23 on BBC after 300 steps: docs/ntm.md); "
-            "ntm.dp=false trains the paper's non-private model, whose gradients then leave each party in clear"
-            + (" (under secure aggregation: only their sum reaches the server, without noise)"
-               if bool(config.get("secure-aggregation", False)) else "")]

@@ -99,13 +99,3 @@ def reply_spec(settings: PCTDSettings, vocab_size: int) -> ReplySpec:
     shape = (settings.n_topics, vocab_size)
     return ReplySpec(METHOD, {STATISTIC_KEY: ArraySpec("floating", shape, what="noisy statistic M_t")},
                      metrics=(), max_bytes=8 * shape[0] * shape[1] + (1 << 16))
-
-
-def quality_notes(config: Mapping[str, Any]) -> list[str]:
-    """Why a run with this config gives noise topics, and the option that changes it (the console says it)."""
-    sigma = float(config["pctd.sigma"])
-    if sigma < 0.1:
-        return []
-    return [f"pctd.sigma={sigma:g}: noise of this size dominates the topics (at the paper's 0.25, perplexity above a "
-            "unigram model and negative NPMI on BBC and debian: docs/pctd.md); pctd.sigma=0.01 gives readable topics, "
-            "at an epsilon in the hundreds of thousands"]
