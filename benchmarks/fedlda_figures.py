@@ -49,6 +49,7 @@ from flower_topics.topic_model.model_file import TopicModel  # noqa: E402
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word  # noqa: E402
 from scoring import score  # noqa: E402
 from flower_topics.privacy.realized_ldp import realized_ldp, rrp_pair_deltas  # noqa: E402
+from flower_topics.privacy.word_randomizers import round_randomizer  # noqa: E402
 from flower_topics.strategies.fedlda import claimed_delta, replacement_probability  # noqa: E402
 from flower_topics.wire.fedlda import FedLDASettings  # noqa: E402
 
@@ -57,7 +58,7 @@ MECHANISMS = ("none", "rrp", "krr", "tkrr", "tkrr-uniform-tail", "hm")
 
 def realized(settings: FedLDASettings, phi: np.ndarray, state: FedLDAClientState, corpus) -> dict[str, float]:
     """The round's realized per-tuple privacy: over every document (reported) and per training document."""
-    randomizer = settings.randomizer(phi)
+    randomizer = round_randomizer(settings, phi)
     if randomizer is None:
         return {}
     figure = realized_ldp(randomizer, phi, claimed_delta(settings))

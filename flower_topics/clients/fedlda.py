@@ -49,9 +49,10 @@ from flower_topics.clients.base import LocalStep, Update, acknowledge
 from flower_topics.data.corpus import Corpus
 from flower_topics.models.fixed_phi import FixedPhiSampler
 from flower_topics.models.update_tuples import (Tuples, cancelling_dummies, changed_tuples, pad_and_sample,
-                                                sample_sizes)
+                                                public_sample_size, sample_sizes)
 from flower_topics.privacy import RRP
 from flower_topics.privacy.party_policy import NO_PARTY, PartyFacts
+from flower_topics.privacy.word_randomizers import round_randomizer
 from flower_topics.wire import fedlda as wire
 from flower_topics.wire.fedlda import FedLDASettings
 
@@ -83,7 +84,7 @@ def perturb_words(settings: FedLDASettings, words: np.ndarray, docs: np.ndarray,
     RRP draws replacements from the document's theta and phi; the baselines rank words
     by phi's word marginal (public: every client and the server hold phi).
     """
-    randomizer = settings.randomizer(phi)
+    randomizer = round_randomizer(settings, phi)
     if randomizer is None:
         return np.asarray(words, dtype=np.int64)
     if isinstance(randomizer, RRP):
@@ -218,7 +219,7 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
     settings = FedLDASettings.from_record(config)
     update = train_round(corpus, arrays[wire.PHI_KEY].numpy(), state, server_round=int(config["server-round"]),
                          last_applied_round=int(config["last-applied-round"]), settings=settings, seed=seed)
-    if wire.public_tuples_per_document(settings) is not None:  # the server knows l: no size leaves the party
+    if public_sample_size(settings.pad_length, settings.sample_ratio) is not None:  # the server knows l: no size leaves the party
         return {wire.TUPLES_KEY: update.tuples}, {}
     return ({wire.TUPLES_KEY: update.tuples},
             {"num-documents": update.n_docs, "max-tuples-per-document": update.max_tuples_per_doc})

@@ -70,6 +70,14 @@ def changed_tuples(tokens: np.ndarray, doc_ids: np.ndarray, z_old: np.ndarray, z
     )
 
 
+def public_sample_size(pad_length: int, sample_ratio: float) -> int | None:
+    """l when M is public (``pad_length`` > 0: every document sends as many tuples, which the server knows, so no
+    reply needs to say it); None when each document is padded to its own length (:func:`sample_sizes`)."""
+    if pad_length == 0:
+        return None
+    return int(sample_sizes(np.ones(1, dtype=np.int64), pad_length, sample_ratio)[1][0])
+
+
 def sample_sizes(doc_lengths: np.ndarray, pad_length: int, sample_ratio: float) -> tuple[np.ndarray, np.ndarray]:
     """Each document's padding length M and sample size l.
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 
@@ -500,6 +501,22 @@ class HM:
 #: The word randomizers FedLDA offers, by run-config name.
 MECHANISMS = ("rrp", "krr", "tkrr", "tkrr-uniform-tail", "hm", "none")
 WordRandomizer = RRP | KRR | TruncatedKRR | TailToUniformKRR | HM
+
+
+class RandomizerSettings(Protocol):
+    """What a round's randomizer is made of (``FedLDASettings`` of :mod:`flower_topics.wire.fedlda`)."""
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    gamma: float
+
+
+def round_randomizer(settings: RandomizerSettings, phi: np.ndarray) -> WordRandomizer | None:
+    """The word randomizer of a round with ``settings`` on ``phi`` (None without a mechanism), the same on every
+    party and on the server (:func:`word_randomizer`)."""
+    return word_randomizer(settings.mechanism, epsilon=settings.epsilon, delta=settings.delta, gamma=settings.gamma,
+                           phi=phi)
 
 
 def word_randomizer(mechanism: str, *, epsilon: float, delta: float, gamma: float, phi: np.ndarray

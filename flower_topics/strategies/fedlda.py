@@ -53,10 +53,11 @@ from flwr.common import log
 
 from flower_topics.strategies.carried_counts import CarriedCounts
 from flower_topics.models.seed_words import SeedPrior, config_seed_prior
-from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word
+from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word, public_sample_size
 from flower_topics.privacy import compose, zipf_fit
 from flower_topics.privacy.realized_ldp import RealizedLDP, realized_ldp
 from flower_topics.privacy.privacy_report import NoDocumentGuarantee, PrivacyReport
+from flower_topics.privacy.word_randomizers import round_randomizer
 from flower_topics.strategies.base import Reply, TopicStrategy
 from flower_topics.strategies.releases import PartyReleases
 from flower_topics.wire import fedlda as wire
@@ -67,7 +68,7 @@ ZIPF_TOP_RANKS = 200
 
 def replacement_probability(settings: wire.FedLDASettings, phi: np.ndarray) -> float:
     """eta: the probability that the mechanism replaces a tuple's word (0 without one; see each randomizer)."""
-    randomizer = settings.randomizer(phi)
+    randomizer = round_randomizer(settings, phi)
     return 0.0 if randomizer is None else float(randomizer.eta)
 
 
@@ -152,7 +153,7 @@ class FedLDA(TopicStrategy):
     def begin_round(self, server_round: int, arrays: ArrayRecord) -> None:
         """phi of the round's counts (what the nodes are sent), and its realized guarantee."""
         self.last_phi = clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.prior)
-        randomizer = self.fedlda.randomizer(self.last_phi)
+        randomizer = round_randomizer(self.fedlda, self.last_phi)
         if randomizer is not None:
             self.last_realized = realized_ldp(randomizer, self.last_phi, claimed_delta(self.fedlda))
 
@@ -177,7 +178,7 @@ class FedLDA(TopicStrategy):
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """Apply every valid reply's tuples to the counts (Algorithm 2)."""
         counts = (self._own if self.carried is not None else arrays[wire.COUNTS_KEY].numpy()).astype(np.int64)
-        public_l = wire.public_tuples_per_document(self.fedlda)
+        public_l = public_sample_size(self.fedlda.pad_length, self.fedlda.sample_ratio)
         round_l, skipped = public_l or 0, 0
         for reply in replies:
             skipped += apply_tuples(counts, Tuples.from_rows(reply.arrays[wire.TUPLES_KEY].astype(np.int64)))

@@ -13,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
-
 from flower_topics.models.samplers import SAMPLERS
-from flower_topics.models.update_tuples import DUMMY_KINDS, sample_sizes
+from flower_topics.models.update_tuples import DUMMY_KINDS
 from flower_topics.options import Option, at_least, in_range, one_of, positive
-from flower_topics.privacy.word_randomizers import MECHANISMS, WordRandomizer, word_randomizer
+from flower_topics.privacy.word_randomizers import MECHANISMS
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 METHOD = "fedlda"
@@ -127,10 +125,6 @@ class FedLDASettings:
             resend_replaced=bool(record["fedlda.resend-replaced"]),
         )
 
-    def randomizer(self, phi: np.ndarray) -> WordRandomizer | None:
-        """The word randomizer of a round on ``phi`` (None without a mechanism), the same on both sides."""
-        return word_randomizer(self.mechanism, epsilon=self.epsilon, delta=self.delta, gamma=self.gamma, phi=phi)
-
     def to_record(self) -> dict[str, Any]:
         """The settings as ConfigRecord entries (inverse of :meth:`from_record`)."""
         return {
@@ -145,13 +139,6 @@ class FedLDASettings:
 
 #: The settings class (what every party of a round receives).
 SETTINGS = FedLDASettings
-
-
-def public_tuples_per_document(settings: FedLDASettings) -> int | None:
-    """l when M is public (``pad-length`` > 0): the server knows it and no reply needs to say it; else None."""
-    if settings.pad_length == 0:
-        return None
-    return int(sample_sizes(np.ones(1, dtype=np.int64), settings.pad_length, settings.sample_ratio)[1][0])
 
 
 def reply_spec(settings: FedLDASettings, vocab_size: int) -> ReplySpec:
