@@ -219,7 +219,6 @@ def test_the_report_shows_the_prevalence_curves_with_the_topics_labels(tmp_path)
     import matplotlib.image
 
     from flower_topics.cli.main import main
-    from flower_topics.run.report_page import topic_labels
     from tests.test_report import _browser
 
     config = {**BASE, "output-dir": str(tmp_path / "run")}
@@ -229,7 +228,7 @@ def test_the_report_shows_the_prevalence_curves_with_the_topics_labels(tmp_path)
     dom = _browser(tmp_path, "--dump-dom", (tmp_path / "run" / "report.html").as_uri()).stdout
     section = re.search(r'<div class="plot" id="prevalence">(.*?)</div>', dom, re.S).group(1)
     assert "Topic prevalence over time" in dom and "5 without a date" in dom
-    for label in topic_labels(model):
+    for label in model.labels():
         assert f">{label}<" in section, label
     blank = re.sub(r'<div class="plot" id="prevalence">.*?</div>', '<div class="plot" id="prevalence"></div>', page,
                    flags=re.S)

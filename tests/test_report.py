@@ -17,7 +17,7 @@ from flower_topics.topic_model.model_file import load_model
 from flower_topics.run.outputs import plot_metrics, read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.run.config import GLOBAL_OPTIONS
-from flower_topics.run.report_page import build_report, topic_distances, topic_labels, topic_map
+from flower_topics.run.report_page import build_report, topic_distances, topic_map
 from flower_topics.federation.server_app import run_server
 from flower_topics.simulations.inprocess import InProcessGrid
 from tests.test_trust_boundary import BASE, write_corpus
@@ -65,7 +65,7 @@ def test_the_report_is_self_contained_and_a_browser_shows_the_topics(run_dir, tm
     for title in ("Topic map", "Held-out perplexity", "NPMI coherence", "Run config", "Privacy report"):
         assert title in rendered, title
     # each topic is named by its number and top words, in the topics table and on the map
-    labels = topic_labels(model)
+    labels = model.labels()
     assert labels[0] == f"0 \u00b7 {', '.join(model.top_words(3)[0])}"
     table = re.search(r'<table id="topics">(.*?)</table>', dom, re.S).group(1)
     topic_map_svg = re.search(r'<div class="plot" id="map">(.*?)</div>', dom, re.S).group(1)

@@ -50,8 +50,7 @@ from flower_topics.methods import METHODS
 from flower_topics.metrics.coherence import coherence_word_ids
 from flower_topics.metrics.pooled_sums import cooccurrence
 from flower_topics.secure_sum.protocol import MESSAGE_TYPE as SECURE_SUM
-from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
-from flower_topics.strategies.base import masked_spec
+from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings, masked_spec
 from flower_topics.wire import agreement
 from flower_topics.wire import prevalence
 from flower_topics.wire.protocol import CONFIG, METRICS, ArraySpec, ReplyError, ReplySpec, validate_reply

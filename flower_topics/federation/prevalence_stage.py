@@ -27,7 +27,8 @@ from flower_topics.data.periods import period_grid
 from flower_topics.errors import UserInputError
 from flower_topics.federation.grids import collect_replies
 from flower_topics.metrics.prevalence import PrevalenceTable
-from flower_topics.strategies.base import TopicStrategy, exclusion_reasons, masked_spec
+from flower_topics.secure_sum.protocol import masked_spec
+from flower_topics.strategies.base import TopicStrategy, exclusion_reasons
 from flower_topics.wire import prevalence as wire
 from flower_topics.wire.protocol import (
     ARRAYS,

@@ -37,7 +37,6 @@ from flower_topics.privacy.privacy_report import PrivacyReport
 from flower_topics.federation.grids import prompt
 from flower_topics.federation.prevalence_stage import check_prevalence_config, collect_prevalence
 from flower_topics.run.prevalence_outputs import write_prevalence
-from flower_topics.run.report_page import topic_labels
 from flower_topics.strategies.base import TopicStrategy
 
 
@@ -311,7 +310,7 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     outputs.write_state({key: array.numpy() for key, array in final_arrays.items()})
     outputs.plot()
     if prevalence is not None:
-        written = write_prevalence(outputs.directory, prevalence, topic_labels(model))
+        written = write_prevalence(outputs.directory, prevalence, model.labels())
         console.say("flower-topics: topic prevalence over %d period(s) from %d part(y/ies)%s: %s",
                     len(prevalence.table.periods), prevalence.parties,
                     f" (noise sd {prevalence.noise_std:.3g} a cell)" if prevalence.noise_std else "",

@@ -272,9 +272,8 @@ def _secure_private(grid: Grid, config: Mapping[str, Any], nodes: list[int], exc
     received.
     """
     from flower_topics.privacy import secure_vocabulary
-    from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings
+    from flower_topics.secure_sum.protocol import ROUND_RECORD, SecureSumSettings, masked_spec
     from flower_topics.secure_sum.server import SecureRound, SecureRoundFailed
-    from flower_topics.strategies.base import masked_spec
     from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
     candidates = secure_vocabulary.public_candidates(str(config["vocabulary-candidates"]))

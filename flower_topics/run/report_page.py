@@ -5,7 +5,7 @@ its plots are inline SVG drawn by matplotlib, text kept as text). It shows:
 
 - each topic's top words with their weights (the model's ``topic_word``); wherever a topic is
   named (tables, the topic map) it is labelled by its number and top words
-  (:func:`topic_labels`: ``3 · engine, car, race``);
+  (:meth:`~flower_topics.topic_model.model_file.TopicModel.labels`: ``3 · engine, car, race``);
 - topic sizes, and where they come from (:func:`topic_sizes`): the share of training
   tokens assigned to each topic when the run kept global topic-word counts (``lda``,
   ``fedlda``: ``state.npz``), or the expected share of a corpus' tokens when one is given
@@ -54,8 +54,6 @@ from flower_topics.run.outputs import (
 
 REPORT_FILE = "report.html"
 N_WORDS = 10
-#: Top words in a topic's label.
-LABEL_WORDS = 3
 
 
 @dataclass(frozen=True)
@@ -88,11 +86,6 @@ def run_paths(run: str | os.PathLike[str]) -> tuple[Path, Path]:
         raise UserInputError(f"{model} does not exist; pass a run's output directory (it holds {MODEL_FILE}) "
                              "or a model.npz")
     return directory, model
-
-
-def topic_labels(model: TopicModel, n_words: int = LABEL_WORDS) -> list[str]:
-    """Each topic's label: its index and its ``n_words`` most probable words, ``"3 · engine, car, race"``."""
-    return [f"{k} \u00b7 {', '.join(words)}" for k, words in enumerate(model.top_words(n_words))]
 
 
 def shown_config(config: Mapping[str, Any], method: str | None) -> tuple[dict[str, Any], int]:
@@ -305,7 +298,7 @@ def build_report(run: str | os.PathLike[str], corpus: str | None = None,
     coords = topic_map(model.topic_word)
     e = html.escape
 
-    labels = topic_labels(model)
+    labels = model.labels()
     topic_rows = []
     order = np.argsort(-sizes.share, kind="stable") if sizes is not None else np.arange(model.n_topics)
     for k in order:

@@ -56,6 +56,8 @@ from typing import Any
 import numpy as np
 from flwr.app import MessageType
 
+from flower_topics.wire.protocol import ArraySpec, ReplySpec
+
 MESSAGE_TYPE = f"{MessageType.QUERY}.secure_sum"
 ROUND_RECORD = "secure-sum"
 MASKED_KEY = "masked-sum"
@@ -136,6 +138,15 @@ class SecureSumSettings:
             return residues.view(np.int64)
         signed = residues.astype(np.int64)
         return np.where(signed >= (1 << (self.bits - 1)), signed - (1 << self.bits), signed)
+
+
+def masked_spec(spec: ReplySpec, secure: SecureSumSettings) -> ReplySpec:
+    """What a reply is under secure aggregation: one masked integer vector of all of ``spec``'s arrays, no metrics,
+    and the entries of ``spec``'s config record (public labels of what was summed), if it has any."""
+    size = sum(int(np.prod(a.shape)) for a in spec.arrays.values())
+    return ReplySpec(spec.method, {MASKED_KEY: ArraySpec("integer", (size,), 0, 2.0 ** secure.bits,
+                                                         what="masked update modulo 2^bits")},
+                     metrics=(), max_bytes=8 * size + (1 << 16), config=spec.config)
 
 
 def quantize(values: np.ndarray, quantum: float, limit: int, rng: np.random.Generator) -> np.ndarray:

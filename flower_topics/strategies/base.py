@@ -50,7 +50,7 @@ from flwr.serverapp.strategy import Strategy
 
 from flower_topics.evaluation import federated as evaluation
 from flower_topics.evaluation.federated import EvaluationSettings
-from flower_topics.secure_sum.protocol import SecureSumSettings
+from flower_topics.secure_sum.protocol import SecureSumSettings, masked_spec
 from flower_topics.secure_sum.server import KeyEpoch
 from flower_topics.strategies.evaluation_stage import EvaluationStage, PendingEvaluation
 from flower_topics.strategies.method_hooks import MethodHooks
@@ -59,7 +59,7 @@ from flower_topics.strategies.participants import (NO_HANDLER, FederationError, 
                                                    exclusion_reasons, wait_for_nodes)
 from flower_topics.strategies.releases import ReleaseHooks
 from flower_topics.strategies.reply_screen import Reply, ReplyScreen, ScreenedReplies, replies_needed
-from flower_topics.strategies.secure_stage import SecureSumStage, masked_spec
+from flower_topics.strategies.secure_stage import SecureSumStage
 from flower_topics.strategies.traffic import RoundTraffic
 from flower_topics.wire.protocol import ARRAYS, CONFIG, message_type, payload_bytes, vocabulary_fingerprint
 

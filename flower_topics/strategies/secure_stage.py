@@ -15,16 +15,7 @@ from flower_topics.secure_sum.protocol import MASKED_KEY, ROUND_RECORD, SecureSu
 from flower_topics.secure_sum.server import KeyEpoch, SecureRound, SecureRoundFailed
 from flower_topics.strategies.reply_screen import Reply
 from flower_topics.strategies.traffic import RoundTraffic
-from flower_topics.wire.protocol import ArraySpec, ReplyError, ReplySpec
-
-
-def masked_spec(spec: ReplySpec, secure: SecureSumSettings) -> ReplySpec:
-    """What a reply is under secure aggregation: one masked integer vector of all of ``spec``'s arrays, no metrics,
-    and the entries of ``spec``'s config record (public labels of what was summed), if it has any."""
-    size = sum(int(np.prod(a.shape)) for a in spec.arrays.values())
-    return ReplySpec(spec.method, {MASKED_KEY: ArraySpec("integer", (size,), 0, 2.0 ** secure.bits,
-                                                         what="masked update modulo 2^bits")},
-                     metrics=(), max_bytes=8 * size + (1 << 16), config=spec.config)
+from flower_topics.wire.protocol import ReplyError, ReplySpec
 
 
 class SecureSumStage:

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from flower_topics.topic_model.document_topics import DocumentTopics
 
 
+#: Top words in a topic's label (:meth:`TopicModel.labels`).
+LABEL_WORDS = 3
+
+
 @dataclass(frozen=True)
 class TopicModel:
     """A trained topic model.
@@ -69,6 +73,10 @@ class TopicModel:
         """The ``n`` most probable words of each topic (ties to the lower column)."""
         order = np.argsort(-self.topic_word, axis=1, kind="stable")[:, :n]
         return [[self.vocabulary[j] for j in row] for row in order]
+
+    def labels(self, n_words: int = LABEL_WORDS) -> list[str]:
+        """Each topic's label: its index and its ``n_words`` most probable words, ``"3 · engine, car, race"``."""
+        return [f"{k} \u00b7 {', '.join(words)}" for k, words in enumerate(self.top_words(n_words))]
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "TopicModel":
