@@ -53,6 +53,15 @@ def test_what_a_party_kept_for_another_question_is_not_used():
     assert state.guard[0, 1] == sigma and state.guard[0, 6] < 41
 
 
+def test_the_guard_memo_round_trips_through_the_state_row():
+    memo = client.GuardMemo(True, 1.5, RATE, DELTA, 128.0, TARGET, fits=17, over=33.0)
+    assert memo.row().shape == (1, client.GUARD_COLUMNS)
+    assert client.GuardMemo.read(memo.row()) == memo
+    assert client.GuardMemo.read(client.DPLDAClientState().guard) is None  # nothing kept yet
+    unknown = client.GuardMemo(False, 1.5, RATE, DELTA, 0.0, TARGET)
+    assert client.GuardMemo.read(unknown.row()) == unknown and unknown.over == float("inf")
+
+
 def test_contradictory_guard_bounds_are_refused():
     guard._BOUNDS.clear()
     with pytest.raises(ValueError, match="0 <= fits < over"):

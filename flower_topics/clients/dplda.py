@@ -37,6 +37,8 @@ before it leaves and caps all runs together (:mod:`flower_topics.federation.part
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,9 +68,10 @@ class DPLDAClientState:
     prevalence : int
         1 once it released its topic prevalence in this run (there is one such release a run).
     guard : np.ndarray
-        ``0 x 8`` or ``1 x 8``: what its own budget guard established (:mod:`flower_topics.privacy.guard`), as
-        ``secure, sigma, q, delta, sensitivity units, budget, largest count known to fit, smallest known not to``;
-        each message's process starts from it, so that a run computes a few epsilons, not one per message.
+        ``0 x 8`` or ``1 x 8``: what its own budget guard established (:mod:`flower_topics.privacy.guard`), a
+        :class:`GuardMemo`'s :meth:`~GuardMemo.row` (``secure, sigma, q, delta, sensitivity units, budget,
+        largest count known to fit, smallest known not to``); each message's process starts from it, so that a
+        run computes a few epsilons, not one per message.
     """
 
     releases: np.ndarray = field(default_factory=lambda: np.zeros((0, RELEASE_COLUMNS)))
@@ -78,6 +81,61 @@ class DPLDAClientState:
 
 #: Columns of :attr:`DPLDAClientState.guard`: the guard's question (kind and budget), then its two bounds.
 GUARD_COLUMNS = 8
+
+
+@dataclass(frozen=True)
+class GuardMemo:
+    """What the party's budget guard established for one question (:mod:`flower_topics.privacy.guard`), kept between
+    messages as the one row of :attr:`DPLDAClientState.guard` (:meth:`row`, :meth:`read`).
+
+    Parameters
+    ----------
+    secure : bool
+        Whether the releases are Skellam (secure aggregation) or Gaussian.
+    noise_multiplier, sample_rate : float
+        ``sigma`` and ``q`` of every release.
+    delta : float
+        The delta its epsilons are computed at.
+    sensitivity_units : float
+        The releases' L2 sensitivity in integer units.
+    budget : float
+        The epsilon the releases may spend.
+    fits : int
+        The largest count of releases known to fit (0: none known).
+    over : float
+        The smallest count known not to (inf: none known).
+    """
+
+    secure: bool
+    noise_multiplier: float
+    sample_rate: float
+    delta: float
+    sensitivity_units: float
+    budget: float
+    fits: int = 0
+    over: float = math.inf
+
+    @property
+    def kind(self) -> tuple[bool, float, float, float, float]:
+        """What the releases' epsilon depends on besides their count (the guard's ``kind``)."""
+        return self.secure, self.noise_multiplier, self.sample_rate, self.delta, self.sensitivity_units
+
+    @property
+    def question(self) -> tuple[float, ...]:
+        """The question its bounds answer, as numbers: the kind and the budget."""
+        return (float(self.secure), *self.kind[1:], self.budget)
+
+    def row(self) -> np.ndarray:
+        """As the state keeps it: ``1 x GUARD_COLUMNS`` floats, the question then the two bounds."""
+        return np.array([[*self.question, self.fits, self.over]])
+
+    @classmethod
+    def read(cls, kept: np.ndarray) -> "GuardMemo | None":
+        """The memo a state's :attr:`DPLDAClientState.guard` keeps, or None when it keeps none."""
+        if kept.shape != (1, GUARD_COLUMNS):
+            return None
+        secure, sigma, rate, delta, units, budget, fits, over = (float(value) for value in kept[0])
+        return cls(bool(secure), sigma, rate, delta, units, budget, int(fits), over)
 #: Columns of :attr:`DPLDAClientState.releases`: sigma, q, sensitivity units (0 plain), secure (1) or plain (0).
 RELEASE_COLUMNS = 4
 
@@ -197,16 +255,17 @@ def spending_over_cap(releases: np.ndarray, settings: wire.DPLDASettings, before
                         settings.delta)
         return spent if spent > limit else None
     # every release at these settings' (sigma, q): one self-composed event
-    kind = (settings.secure, settings.noise_multiplier, settings.sample_rate, delta, settings.sensitivity_units)
     epsilon_of = lambda n: calibration.rounds_epsilon(settings, n, delta)  # noqa: E731
     budget = limit - before_eps
-    question = np.array([float(settings.secure), settings.noise_multiplier, settings.sample_rate, delta,
-                         settings.sensitivity_units, budget])
-    if state is not None and state.guard.shape == (1, GUARD_COLUMNS) and np.array_equal(state.guard[0, :6], question):
-        guard.remember_bounds(kind, budget, int(state.guard[0, 6]), float(state.guard[0, 7]))
-    fits = guard.within_budget(epsilon_of, len(releases), budget, kind=kind)
+    asked = GuardMemo(settings.secure, settings.noise_multiplier, settings.sample_rate, delta,
+                      settings.sensitivity_units, budget)
+    kept = None if state is None else GuardMemo.read(state.guard)
+    if kept is not None and kept.question == asked.question:
+        guard.remember_bounds(asked.kind, budget, kept.fits, kept.over)
+    fits = guard.within_budget(epsilon_of, len(releases), budget, kind=asked.kind)
     if state is not None:
-        state.guard = np.array([[*question, *guard.known_bounds(kind, budget)]])
+        known_fits, known_over = guard.known_bounds(asked.kind, budget)
+        state.guard = dataclasses.replace(asked, fits=known_fits, over=known_over).row()
     if fits:
         return None  # known without a new epsilon (privacy/guard.py)
     spent = before_eps + epsilon_of(len(releases))
