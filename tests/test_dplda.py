@@ -342,6 +342,24 @@ def test_the_party_refuses_releases_over_its_own_accountant():
         client.local_step(arrays, config, corpus, client.DPLDAClientState(), seed=1, party=PartyFacts(account=spent))
 
 
+def test_a_party_account_keeps_its_release_kinds_typed_through_its_state():
+    from flwr.app import RecordDict
+
+    from flower_topics.federation.party_side import ACCOUNT_STATE, party_account, record_release
+    from flower_topics.privacy.party_policy import ReleaseKind
+
+    state = RecordDict()
+    record_release(state, AccountedRelease(VOCABULARY, "vocabulary", Release(APPROX_DP, epsilon=2.5, delta=1e-6)))
+    record_release(state, AccountedRelease("round", "dplda", Release("gaussian", 1.2, 0.2)))
+    kinds = [item.kind for item in party_account(state).releases]
+    assert kinds == [ReleaseKind.VOCABULARY, ReleaseKind.ROUND] and all(type(k) is ReleaseKind for k in kinds)
+    stored = list(state[ACCOUNT_STATE]["kind"])  # the state keeps the kinds' values, as before
+    assert stored == ["vocabulary", "round"] and all(type(k) is str for k in stored)
+    assert party_account(state).vocabulary_spent == (2.5, 1e-6)
+    with pytest.raises(ValueError, match="'rounds' is not a valid ReleaseKind"):
+        AccountedRelease("rounds", "dplda", Release("gaussian", 1.2, 0.2))
+
+
 def test_the_party_refuses_a_bad_model_and_a_round_that_samples_no_document():
     corpus = _corpus([[0, 1], [1, 2]], 3)
     arrays, config = _message(_settings(sample_rate=0.2), np.ones((2, 3)))

@@ -140,7 +140,7 @@ elif launcher == "simulate":
                      "--set", "federated-eval=false", "--set", "dplda.init=random"]))
 else:  # a valid run config parsed in full: its noise is calibrated
     from flower_topics.run.config import parse_run_config
-    from flower_topics.wire.dplda import noise_multiplier
+    from flower_topics.privacy.dplda_calibration import noise_multiplier
     said = repr(noise_multiplier(parse_run_config({"method": "dplda", "vocabulary": vocabulary,
                                                    "federated-eval": False})))
 heavy = tuple(sys.argv[5].split())

@@ -29,7 +29,7 @@ from flower_topics.options import coerce
 from flower_topics.privacy.ledger import LEDGER_OPTIONS, Release
 from flower_topics.run.config import OPTIONS
 from flower_topics.privacy.party_policy import (POLICY_OPTIONS, AccountedRelease, PartyAccount, PartyFacts,
-                                                PartyPolicy)
+                                                PartyPolicy, ReleaseKind)
 from flower_topics.wire.protocol import CONFIG
 
 #: Where a party keeps its account of the run's releases in ``context.state``.
@@ -65,7 +65,7 @@ def non_finite_keys(content: RecordDict) -> list[str]:
                   if not finite(str(key), value))
 
 
-def check_once(party: PartyFacts, kind: str, what: str, release: str) -> None:
+def check_once(party: PartyFacts, kind: ReleaseKind, what: str, release: str) -> None:
     """With ``require-document-guarantee``: refuse, in one line, a second release of ``kind`` (the vocabulary, the
     prevalence table) that ``party``'s account already holds.
 
@@ -206,7 +206,7 @@ def party_account(state: RecordDict) -> PartyAccount:
 def record_release(state: RecordDict, item: AccountedRelease) -> PartyAccount:
     """Add ``item`` to this party's account (before the release leaves); the account after it."""
     account = PartyAccount((*party_account(state).releases, item))
-    rows = [(a.kind, a.method, a.release.mechanism, a.release.noise_multiplier, a.release.sample_rate,
+    rows = [(a.kind.value, a.method, a.release.mechanism, a.release.noise_multiplier, a.release.sample_rate,
              a.release.sensitivity, a.release.epsilon, a.release.delta, a.secure, a.noise_share)
             for a in account.releases]
     state[ACCOUNT_STATE] = ConfigRecord({name: [row[i] for row in rows] for i, name in enumerate(_COLUMNS)})

@@ -17,6 +17,7 @@ No number in them comes from the server's message, so none can be lowered by it.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -43,8 +44,19 @@ POLICY_OPTIONS: Mapping[str, Option] = {
                                "the run's secure-aggregation-tolerance)", at_least(0)),
 }
 
-#: The release kinds of a party's account.
-VOCABULARY, ROUND, PREVALENCE = "vocabulary", "round", "prevalence"
+class ReleaseKind(enum.StrEnum):
+    """What a release in a party's account was; its value is what the party's state keeps."""
+
+    #: Its vocabulary release (the agreement's counts or candidates).
+    VOCABULARY = "vocabulary"
+    #: A training round's reply.
+    ROUND = "round"
+    #: Its topic-prevalence table.
+    PREVALENCE = "prevalence"
+
+
+#: The release kinds of a party's account (:class:`ReleaseKind`).
+VOCABULARY, ROUND, PREVALENCE = ReleaseKind.VOCABULARY, ReleaseKind.ROUND, ReleaseKind.PREVALENCE
 
 
 @dataclass(frozen=True)
@@ -94,8 +106,9 @@ class AccountedRelease:
 
     Parameters
     ----------
-    kind : str
-        :data:`VOCABULARY`, :data:`ROUND` or :data:`PREVALENCE`.
+    kind : ReleaseKind or str
+        :data:`VOCABULARY`, :data:`ROUND` or :data:`PREVALENCE` (a kept value is read back as its kind; another is
+        refused with ValueError).
     method : str
         The method that released (``vocabulary`` for the agreement).
     release : Release
@@ -106,11 +119,14 @@ class AccountedRelease:
         The share of the mechanism's noise this party added (1: all of it).
     """
 
-    kind: str
+    kind: ReleaseKind
     method: str
     release: Release
     secure: bool = False
     noise_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ReleaseKind(self.kind))
 
 
 @dataclass(frozen=True)
@@ -119,7 +135,7 @@ class PartyAccount:
 
     releases: tuple[AccountedRelease, ...] = ()
 
-    def of_kind(self, kind: str) -> tuple[AccountedRelease, ...]:
+    def of_kind(self, kind: ReleaseKind) -> tuple[AccountedRelease, ...]:
         """Its releases of one kind."""
         return tuple(item for item in self.releases if item.kind == kind)
 
@@ -159,4 +175,4 @@ class PartyFacts:
 NO_PARTY = PartyFacts()
 
 __all__ = ["AccountedRelease", "NO_PARTY", "POLICY_OPTIONS", "PREVALENCE", "PartyAccount", "PartyFacts",
-           "PartyPolicy", "ROUND", "SecureFacts", "VOCABULARY"]
+           "PartyPolicy", "ROUND", "ReleaseKind", "SecureFacts", "VOCABULARY"]
