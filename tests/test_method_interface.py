@@ -29,7 +29,7 @@ from flower_topics.strategies.base import TopicStrategy
 from flower_topics.strategies.dplda import run_settings
 from flower_topics.wire import lda as lda_wire
 from flower_topics.wire.method_wire import MethodWire
-from flower_topics.wire.protocol import ReplySpec
+from flower_topics.wire.protocol import ArraySpec, ReplySpec
 
 #: What a method's run config needs beyond its defaults to parse (no file is read).
 NEEDS = {"dplda": {"vocabulary": "/x/v.txt", "federated-eval": False, "num-rounds": 5}}
@@ -141,3 +141,9 @@ def test_a_spec_refuses_a_wire_module_of_another_method_and_malformed_or_mistype
         _toy_spec(_toy_wire(), strategy="flower_topics.wire.lda:LDASettings").strategy_class()
     with pytest.raises(TypeError, match="is not a LocalStep"):
         _toy_spec(_toy_wire(), client="flower_topics.wire.lda:OPTIONS").local_step()
+
+
+def test_an_array_spec_of_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="^ArraySpec kind must be one of integer, floating, not 'float'$"):
+        ArraySpec("float", (1,))  # would otherwise be checked as floating
+

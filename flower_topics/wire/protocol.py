@@ -65,6 +65,10 @@ def payload_bytes(content: RecordDict) -> int:
     return total
 
 
+#: The dtype kinds an :class:`ArraySpec` names.
+ARRAY_KINDS = ("integer", "floating")
+
+
 @dataclass(frozen=True)
 class ArraySpec:
     """The dtype, shape and value range of one array in a reply.
@@ -89,6 +93,10 @@ class ArraySpec:
     high: float | None = None
     columns: tuple[tuple[float, float], ...] | None = None
     what: str = "array"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARRAY_KINDS:
+            raise ValueError(f"ArraySpec kind must be one of {', '.join(ARRAY_KINDS)}, not {self.kind!r}")
 
     def check(self, key: str, array: np.ndarray) -> None:
         """Raise :class:`ReplyError` unless ``array`` meets this spec."""
