@@ -119,6 +119,19 @@ def test_an_unaccounted_evaluation_leaves_no_document_figure_and_gives_the_train
         "document_epsilon": 1.5, "document_delta": 1e-5, "document_guarantee": "training"}
 
 
+def test_an_agreement_mode_is_typed_and_written_as_its_text():
+    from flower_topics.wire.agreement import AgreementMode
+
+    modes = [AgreementMode.of(value) for value in ("union", "private", "/srv/vocabulary.txt")]
+    assert modes == [AgreementMode.UNION, AgreementMode.PRIVATE, AgreementMode.FILE]
+    agreement = Agreement(vocabulary=("a", "b"), mode="private", nodes=2, bytes_sent=0, bytes_received=0, seconds=0.0)
+    assert agreement.mode is AgreementMode.PRIVATE
+    assert type(agreement.summary()["mode"]) is str and agreement.state()["mode"] == "private"
+    assert Agreement.from_state(agreement.state(), ("a", "b")).mode is AgreementMode.PRIVATE
+    with pytest.raises(ValueError, match="'public' is not a valid AgreementMode"):
+        Agreement(vocabulary=("a", "b"), mode="public", nodes=2, bytes_sent=0, bytes_received=0, seconds=0.0)
+
+
 @pytest.mark.parametrize("mode, expect_bound", [("union", False), ("private", True), ("file", True)])
 def test_the_server_voids_the_document_figure_after_a_union_agreement(mode, expect_bound):
     class Strategy:

@@ -48,6 +48,7 @@ from flower_topics.privacy.set_union import privacy_summary
 from flower_topics.secure_sum.protocol import MASKED_KEY
 from flower_topics.strategies.base import FederationError, error_reason, wait_for_nodes
 from flower_topics.wire import agreement as wire
+from flower_topics.wire.agreement import AgreementMode
 from flower_topics.wire.protocol import (
     CONFIG,
     METRICS,
@@ -68,8 +69,9 @@ class Agreement:
     ----------
     vocabulary : tuple of str
         The agreed words, in column order.
-    mode : str
-        ``union``, ``private`` or ``file``.
+    mode : AgreementMode or str
+        ``union``, ``private`` or ``file`` (a :class:`~flower_topics.wire.agreement.AgreementMode`; its text is read
+        as one, and another text is refused with ValueError).
     nodes : int
         Nodes that took part.
     bytes_sent, bytes_received : int
@@ -88,7 +90,7 @@ class Agreement:
     """
 
     vocabulary: tuple[str, ...]
-    mode: str
+    mode: AgreementMode
     nodes: int
     bytes_sent: int
     bytes_received: int
@@ -97,6 +99,9 @@ class Agreement:
     privacy: PrivacyReport | None = None
     node_corpora: int = 0
     shares: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", AgreementMode(self.mode))
 
     def data_source(self, dataset: str) -> str:
         """Which corpus the run was trained on, as the parties said: ``dataset`` (the run config's)
@@ -117,7 +122,7 @@ class Agreement:
 
     def summary(self) -> dict[str, Any]:
         """The figures a run records (``metrics.jsonl``'s first line and the model's metadata)."""
-        return {"mode": self.mode, "words": len(self.vocabulary), "nodes": self.nodes, "bytes_sent": self.bytes_sent,
+        return {"mode": self.mode.value, "words": len(self.vocabulary), "nodes": self.nodes, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "seconds": round(self.seconds, 3),
                 "fingerprint": vocabulary_fingerprint(self.vocabulary),
                 "node_corpora": self.node_corpora, "shares": self.shares,
@@ -126,7 +131,7 @@ class Agreement:
     def state(self) -> dict[str, Any]:
         """Its fields as JSON values, for a checkpoint (the vocabulary travels separately)."""
         privacy = None if self.privacy is None else plain_json(dataclasses.asdict(self.privacy))
-        return {"mode": self.mode, "nodes": self.nodes, "bytes_sent": self.bytes_sent,
+        return {"mode": self.mode.value, "nodes": self.nodes, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "seconds": self.seconds,
                 "excluded": {str(n): why for n, why in self.excluded.items()}, "privacy": privacy,
                 "node_corpora": self.node_corpora, "shares": self.shares}
@@ -154,18 +159,19 @@ def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float |
     """
     config = parse_run_config(run_config)
     started = time.time()
-    mode = str(config["vocabulary"])
+    source = str(config["vocabulary"])
+    mode = AgreementMode.of(source)
     nodes = sorted(wait_for_nodes(grid, int(config["min-nodes"])))
     excluded: dict[int, str] = {}
     sent = received = 0
     privacy = None
-    if mode == "private" and bool(config["secure-aggregation"]):
+    if mode is AgreementMode.PRIVATE and bool(config["secure-aggregation"]):
         vocabulary, privacy, nodes, stage_sent, stage_received = _secure_private(grid, config, nodes, excluded, timeout)
         sent, received = sent + stage_sent, received + stage_received
-    elif mode in wire.MODES:
-        private = mode == "private"
+    elif mode is not AgreementMode.FILE:
+        private = mode is AgreementMode.PRIVATE
         settings = _candidate_settings(config) if private else {}
-        messages = [Message(RecordDict({CONFIG: ConfigRecord({"mode": mode, **settings})}), dst_node_id=n,
+        messages = [Message(RecordDict({CONFIG: ConfigRecord({"mode": mode.value, **settings})}), dst_node_id=n,
                             message_type=wire.CANDIDATES) for n in nodes]
         sent += sum(payload_bytes(m.content) for m in messages)
         parsed, stage_received = collect_replies(grid, messages, timeout, excluded, "candidates",
@@ -180,9 +186,8 @@ def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float |
                 float(config["vocabulary-epsilon"]), float(config["vocabulary-delta"]),
                 int(config["vocabulary-max-words"]), str(config["vocabulary-noise"])))
     else:
-        vocabulary = read_vocabulary_file(mode)
-        mode = "file"
-    if len(vocabulary) < 2 and mode == "private":
+        vocabulary = read_vocabulary_file(source)
+    if len(vocabulary) < 2 and mode is AgreementMode.PRIVATE:
         raise UserInputError(f"the private vocabulary agreement released {len(vocabulary)} word(s): too few words "
                              "are in enough of one party's documents to clear its noise threshold; raise "
                              "vocabulary-epsilon or lower vocabulary-max-words (or use union or a public file)")
@@ -209,7 +214,7 @@ def agree_vocabulary(grid: Grid, run_config: Mapping[str, Any], timeout: float |
     agreement = Agreement(vocabulary, mode, len(nodes), sent, received, time.time() - started, excluded, privacy,
                           node_corpora=flags.count(1.0), shares=flags.count(0.0))
     logger.info("vocabulary agreement (%s): %d words from %d node(s), %d bytes sent, %d received, %.2f s",
-                mode, len(vocabulary), len(nodes), sent, received, agreement.seconds)
+                mode.value, len(vocabulary), len(nodes), sent, received, agreement.seconds)
     return agreement
 
 

@@ -26,6 +26,8 @@ and sends it with ``query.vocabulary``.
 
 from __future__ import annotations
 
+import enum
+
 from flwr.app import MessageType
 
 from flower_topics.wire.protocol import ArraySpec, ReplySpec
@@ -37,8 +39,26 @@ WORDS = "words"
 DOC_FREQ = "doc-freq"
 #: The vocabulary reply's one flag: 1 if the node reads its own file (node config), 0 if a simulated share.
 NODE_CORPUS = "node-corpus"
+
+
+class AgreementMode(enum.StrEnum):
+    """How a run's vocabulary was agreed (the run config's ``vocabulary``: a mode, or a vocabulary file's path)."""
+
+    #: Every party's frequent words with their exact document frequencies.
+    UNION = "union"
+    #: A differentially private set union of the parties' words (accounted per document).
+    PRIVATE = "private"
+    #: A public vocabulary file the server reads: nothing leaves a party.
+    FILE = "file"
+
+    @classmethod
+    def of(cls, vocabulary: str) -> "AgreementMode":
+        """The mode of a run config's ``vocabulary``: ``union``, ``private``, or any other text (a file's path)."""
+        return cls(vocabulary) if vocabulary in MODES else cls.FILE
+
+
 #: The agreement modes besides a vocabulary file's path.
-MODES = ("union", "private")
+MODES = (AgreementMode.UNION.value, AgreementMode.PRIVATE.value)
 #: Largest candidate reply accepted (words and counts), in bytes.
 MAX_CANDIDATE_BYTES = 256 << 20
 
