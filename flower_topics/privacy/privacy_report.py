@@ -120,7 +120,7 @@ class PrivacyReport:
     def no_mechanism(cls, rounds: int = 0, reason: str = "no privacy mechanism", **details: Any) -> "PrivacyReport":
         """The report of a run without a privacy mechanism (``reason``: what is sent instead)."""
         return cls(mechanism="none", unit="none", accountant="none (no privacy mechanism)", rounds=rounds,
-                   guarantee="none", document_guarantee=str(NoDocumentGuarantee(reason)), details=details)
+                   guarantee="none", document_guarantee=NoDocumentGuarantee(reason), details=details)
 
     @property
     def absent_guarantee(self) -> NoDocumentGuarantee | None:
@@ -218,13 +218,13 @@ class PrivacyReport:
             return {}
         if theirs is None:
             return dict(document_epsilon=None, document_delta=None,
-                        document_guarantee=str(NoDocumentGuarantee(
+                        document_guarantee=NoDocumentGuarantee(
                             f"the {other.mechanism} release is per {other.unit}, which implies no per-document bound "
-                            f"(without it: eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g})")))
+                            f"(without it: eps {self.document_epsilon:.4g}, delta {self.document_delta:.3g})"))
         delta = self.document_delta + theirs[1]
         if delta >= 1:
             return dict(document_epsilon=None, document_delta=None,
-                        document_guarantee=str(NoDocumentGuarantee(f"composed delta {delta:.3g} >= 1")))
+                        document_guarantee=NoDocumentGuarantee(f"composed delta {delta:.3g} >= 1"))
         return dict(document_epsilon=self.document_epsilon + theirs[0], document_delta=delta,
                     document_guarantee=f"{self.document_guarantee}; plus the {other.mechanism} release "
                                        f"(eps {theirs[0]:.4g}, delta {theirs[1]:.3g}), basic composition")

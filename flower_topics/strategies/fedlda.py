@@ -324,8 +324,9 @@ class FedLDA(TopicStrategy):
                              details=details)
 
 
-def document_guarantee(tuples_per_document: int, rounds: int, tuple_delta: float, document_delta: float) -> str:
-    """Why FedLDA gives no document-level bound for the whole run (a :class:`NoDocumentGuarantee`'s text).
+def document_guarantee(tuples_per_document: int, rounds: int, tuple_delta: float, document_delta: float
+                       ) -> NoDocumentGuarantee:
+    """Why FedLDA gives no document-level bound for the whole run.
 
     The randomizer perturbs only a tuple's word: its old and new topics are sent as they
     are, and both depend on the document's words (the new topic is drawn from the Gibbs or
@@ -338,6 +339,6 @@ def document_guarantee(tuples_per_document: int, rounds: int, tuple_delta: float
              f"document and {rounds} round(s) to delta {document_delta:.3g} per document")
     if document_delta >= 1:
         words += " (no guarantee even for the words alone)"
-    return str(NoDocumentGuarantee(f"{words}; and each tuple's old and new topics leave unperturbed, drawn from the "
-                                   "document's own words, so the tuples are not private as a whole whatever the "
-                                   "word randomizer gives"))
+    return NoDocumentGuarantee(f"{words}; and each tuple's old and new topics leave unperturbed, drawn from the "
+                               "document's own words, so the tuples are not private as a whole whatever the word "
+                               "randomizer gives")

@@ -179,9 +179,9 @@ class FTM(TopicStrategy):
             epsilon=eps * draws if rounds else None, delta=0.0 if rounds else None,
             guarantee="Section 3.1.1: eps-DP per token (Laplace, L1 sensitivity 1, include/exclude adjacency) "
                       "on the party's noisy count vectors, drawn once; per document eps x its length",
-            document_guarantee=str(NoDocumentGuarantee(
+            document_guarantee=NoDocumentGuarantee(
                 "the guarantee is per token, and a document of L tokens gets L x eps by group privacy (pure); nothing "
-                "bounds L (the server never sees a document's length)")),
+                "bounds L (the server never sees a document's length)"),
             details={"tau": self.ftm.tau, "epsilon_per_document": f"{eps:g} x document length",
                      "document_epsilon_at_length": {str(n): laplace_document_epsilon(eps, n) for n in EXAMPLE_LENGTHS},
                      "released_in_clear": "num-tokens: each party's token count, with every reply"})

@@ -232,13 +232,13 @@ class PCTD(TopicStrategy):
                              epsilon=epsilon, delta=self.delta,
                              guarantee="Theorem 1: (eps, delta)-DP per word occurrence (Gaussian mechanism, "
                              "sensitivity 1 on the unit counts), composed over rounds",
-                             document_guarantee=str(NoDocumentGuarantee(
+                             document_guarantee=NoDocumentGuarantee(
                                  "the guarantee is per token and a document may hold any number of tokens (nothing "
                                  "bounds its length, and the server never sees it); a document of L tokens gets the "
                                  "Gaussian at sensitivity ||its unit counts||_2, sqrt(L) when no word repeats inside "
                                  "a unit and at most "
                                  + ("L" if self.pctd.unit == "sentence" else f"about sqrt({self.pctd.ngram} L)")
-                                 + " (document_epsilon_at_length*)")),
+                                 + " (document_epsilon_at_length*)"),
                              details=details)
 
     def document_figures(self, rounds: int) -> dict[str, Any]:
