@@ -147,3 +147,18 @@ def test_an_array_spec_of_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="^ArraySpec kind must be one of integer, floating, not 'float'$"):
         ArraySpec("float", (1,))  # would otherwise be checked as floating
 
+
+def test_importing_every_wire_module_imports_no_mechanism_accountant_or_heavy_library():
+    """The wire holds message formats only: its modules load no strategy, client, accountant, torch or numba."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from flower_topics.methods import METHODS; import importlib; "
+            "[importlib.import_module(f'flower_topics.wire.{name}') for name in METHODS]; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'opacus', 'numba', 'dp_accounting', 'sentence_transformers') or m.startswith("
+            "('flower_topics.strategies', 'flower_topics.clients', 'flower_topics.privacy.accountants')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout) == []
+
