@@ -9,9 +9,11 @@ Adding a method: write ``wire/<name>.py`` (what :class:`~flower_topics.wire.meth
 reads: ``METHOD``, ``OPTIONS``, ``SETTINGS``, ``reply_spec`` and the flags it sets),
 ``clients/<name>.py`` (its :class:`~flower_topics.clients.base.LocalStep` as ``STEP``),
 ``strategies/<name>.py`` (a :class:`~flower_topics.strategies.base.TopicStrategy` with
-``from_config``), and register one :class:`MethodSpec` below. The wire module is checked when the
-spec is made; the strategy class and the step are checked against their types when first loaded
-(tests/test_method_interface.py loads every registered method's).
+``from_config``), and register one :class:`MethodSpec` below (a method of one's own, outside the package:
+the same files in one's own package and one :func:`register_method` call; docs/adding-a-method.md walks
+through one). The wire module is checked when the spec is made; the strategy class and the step are
+checked against their types when first loaded (tests/test_method_interface.py loads every registered
+method's) or registered.
 """
 
 from __future__ import annotations
@@ -263,10 +265,10 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType(_REGISTRY)
 def register_method(spec: MethodSpec) -> None:
     """Register a method of your own, so that everything that reads :data:`METHODS` runs it.
 
-    Registration holds in this process: the in-process engine (:mod:`flower_topics.simulations.inprocess`,
-    ``flower-topics simulate``'s code path) runs the method on its parties and its server; a deployment's
-    ServerApp and ClientApp processes would each need the same call first. Its options go into the run config
-    as ``<name>.<option>`` with their defaults (:data:`flower_topics.run.config.OPTIONS`).
+    Registration holds in this process: the in-process engine
+    (:class:`~flower_topics.simulations.inprocess.InProcessGrid`, ``simulate(..., engine="inprocess")``) runs the method on its parties and its server; the ``flower-topics``
+    command and a deployment's ServerApp and ClientApp processes know only the built-in methods. Its options are
+    run-config keys ``<name>.<option>`` with their defaults (:data:`flower_topics.run.config.OPTIONS`).
 
     Parameters
     ----------
@@ -278,7 +280,8 @@ def register_method(spec: MethodSpec) -> None:
     ------
     TypeError
         One line: ``spec`` is not a :class:`MethodSpec`, its name is not a Python identifier (a Flower
-        message type is ``train.<name>``), or one of its options is not a plain name.
+        message type is ``train.<name>``), one of its options is not a plain name, or its strategy or step
+        cannot be imported or is not of its type.
     ValueError
         One line: a method of that name is registered already.
     """

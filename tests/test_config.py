@@ -9,8 +9,8 @@ import pytest
 
 from flwr.common.config import flatten_dict
 
-from flower_topics.run.config import (GLOBAL_OPTIONS, OPTIONS, defaults, options_table, parse_assignments, parse_run_config,
-                                      pyproject_tables)
+from flower_topics.run.config import (GLOBAL_OPTIONS, OPTIONS, defaults, options_table, parse_assignments,
+                                      parse_run_config, pyproject_tables)
 from flower_topics.errors import UserInputError
 from flower_topics.methods import BUILT_IN, METHODS
 

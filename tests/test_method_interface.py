@@ -69,7 +69,8 @@ def test_every_registered_method_has_each_part_of_its_declared_type(name):
     assert isinstance(spec.local_step(), LocalStep)
     assert cls.__module__ == spec.strategy.partition(":")[0]
     if name in BUILT_IN:  # the string references name modules of the layers import-linter checks
-        assert cls.__module__.startswith("flower_topics.strategies.") and spec.client.startswith("flower_topics.clients.")
+        assert cls.__module__.startswith("flower_topics.strategies.")
+        assert spec.client.startswith("flower_topics.clients.")
 
 
 @pytest.mark.parametrize("name", list(METHODS))
