@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
 from flower_topics.data.periods import PERIODS, period_grid
@@ -188,7 +188,7 @@ class _Options(Mapping[str, Option]):
     def __getitem__(self, key: str) -> Option:
         return self._table()[key]
 
-    def __iter__(self):  # noqa: ANN204
+    def __iter__(self) -> Iterator[str]:
         return iter(self._table())
 
     def __len__(self) -> int:
