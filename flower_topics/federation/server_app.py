@@ -127,7 +127,7 @@ class RoundRecorder:
         return MetricRecord({k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None})
 
     def reopen(self, server_round: int, arrays: ArrayRecord, rows: Sequence[Mapping[str, Any]]) -> None:
-        """After a resume from round ``server_round``'s checkpoint, whose metrics ``rows`` were carried over: a
+        """After a resume from round ``server_round``'s checkpoint, whose metrics ``rows`` were copied over: a
         round whose line was held for its evaluation when the run stopped gets its line now (held again while the
         next round's training messages carry its evaluation); a written line gives the strategy its evaluation,
         which is then not asked for again."""
@@ -302,7 +302,7 @@ def restore_strategy(strategy: TopicStrategy, checkpoint: Checkpoint, checkpoint
     """
     resume_strategy(strategy, checkpoint)
     initial = array_record(checkpoint.global_arrays)
-    counted = (*checkpoint.absorbed, *(release["id"] for release in checkpoint.lost_releases))
+    counted = (*checkpoint.counted_lost_releases, *(release["id"] for release in checkpoint.lost_releases))
     # the lost releases are in the state now: a crash before the next round's checkpoint must not lose them
     checkpoints.save(checkpoint.round, strategy, initial, counted)
     return initial, counted
