@@ -35,7 +35,7 @@ from flower_topics.metrics.similarity import align_topics, topic_similarity_scor
 from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.run.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
-from flower_topics.federation.grids import prompt
+from flower_topics.federation.grids import with_fast_polling
 from flower_topics.federation.prevalence_stage import Prevalence, check_prevalence_config, collect_prevalence
 from flower_topics.run.prevalence_outputs import write_prevalence
 from flower_topics.run.report_page import topic_labels
@@ -109,7 +109,7 @@ class RoundRecorder:
         if self.agreement.mode == "union":
             report = report.without_document_guarantee(
                 "the union vocabulary agreement (each party's words with their document frequencies)")
-        if self.strategy.prevalence_parties and not self.strategy.prevalence_settings():
+        if self.strategy.prevalence_parties and not self.strategy.prevalence_config():
             report = report.without_document_guarantee(
                 "the topic-prevalence release (each party's summed topic shares per period, without noise)")
         return report
@@ -273,7 +273,7 @@ def start_run(grid: Grid, config: RunConfig) -> StartedRun:
     strategy = build_strategy(config, agreement.vocabulary)
     strategy.excluded.update(agreement.excluded)
     if str(config["prevalence-period"]):  # refused before round 1, not after the last
-        check_prevalence_config(config, noisy=bool(strategy.prevalence_settings()))
+        check_prevalence_config(config, noisy=bool(strategy.prevalence_config()))
     checkpoints = CheckpointWriter(outputs.directory, config, agreement)
     if checkpoint is None:
         initial, counted = strategy.initial_arrays(), ()
@@ -484,7 +484,7 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
         raw = context.run_config if run_config is None else run_config
         console.install(verbose=str(raw.get("verbose", "false")).lower() in ("true", "1"))
         try:
-            run_server(prompt(grid), raw)  # Flower's grids pull replies every 3 s (deployment) or 0.1 s (simulation)
+            run_server(with_fast_polling(grid), raw)  # Flower's grids pull replies every 3 s (deployment) or 0.1 s (simulation)
         except UserInputError as exc:
             console.user_error(str(exc))  # one line; Flower's traceback of it is dropped
             raise  # not SystemExit: Flower would mark the run as completed

@@ -132,7 +132,7 @@ class FedLDA(TopicStrategy):
         """phi from the counts clamped at zero."""
         return clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.prior)
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha, the sampler and the mechanism."""
         return self.fedlda.to_record()
 

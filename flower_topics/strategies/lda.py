@@ -176,7 +176,7 @@ class ADLDA(TopicStrategy):
             return report
         return dataclasses.replace(report, details={**report.details, "seed_words": self.seeds.privacy_note()})
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha, beta and the local sweeps."""
         return self.lda.to_record()
 

@@ -143,7 +143,7 @@ class PCTD(TopicStrategy):
         """The global ``p(w|z)`` as float64, rows renormalized after the float32 transport."""
         return normalize_rows(arrays[wire.PHI_KEY].numpy())
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, sigma and the semantic units."""
         return self.pctd.to_record()
 
