@@ -263,10 +263,11 @@ def start_run(grid: Grid, config: RunConfig) -> StartedRun:
     """
     started = time.time()
     checkpoint = resume_checkpoint(config)  # before anything is sent: a refused resume sends nothing
+    timeout = float(config["round-timeout"])
     outputs = RunOutputs(config.output_dir, resume_from=config["resume"] or None,
                          resume_round=0 if checkpoint is None else checkpoint.round)
     if checkpoint is None:
-        agreement = agree_vocabulary(grid, config, timeout=float(config["round-timeout"]))
+        agreement = agree_vocabulary(grid, config, timeout=timeout)
     else:  # the agreement is not run again: it would spend the parties' privacy a second time
         agreement = Agreement.from_state(checkpoint.agreement, checkpoint.vocabulary)
     outputs.write_vocabulary(agreement.vocabulary)
@@ -281,8 +282,7 @@ def start_run(grid: Grid, config: RunConfig) -> StartedRun:
     else:
         initial, counted = restore_strategy(strategy, checkpoint, checkpoints)
         restored = time.time() - started
-        strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]),
-                                                 float(config["round-timeout"])))
+        strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
     recorder = RoundRecorder(strategy, agreement, outputs, config, synthetic_truth(config, agreement))
     run = StartedRun(config, checkpoint, outputs, agreement, strategy, checkpoints, recorder, initial, counted)
     if checkpoint is not None:
