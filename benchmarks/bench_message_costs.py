@@ -53,7 +53,7 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.wire import dplda as wire
 config = parse_run_config({"method": "dplda", "num-rounds": 40, "secure-aggregation": sys.argv[1] == "secure",
                            "vocabulary": "/x/v.txt", "federated-eval": False})
-print(json.dumps(dict(wire.settings(config).to_record())))
+print(json.dumps(dict(wire.calibrated_settings(config).to_record())))
 """
 
 GUARD = r"""

@@ -144,9 +144,9 @@ class MethodSpec:
         (``COUNTS_KEY``; None: the method keeps no such counts)."""
         return self.wire.counts_key
 
-    def reply_spec(self, settings: Mapping[str, Any], vocab_size: int) -> "ReplySpec":
-        """What a valid reply to a training message with ``settings`` (its ConfigRecord) is."""
-        return self.wire.reply_spec(self.wire.settings.from_record(settings), vocab_size)
+    def reply_spec(self, train_config: Mapping[str, Any], vocab_size: int) -> "ReplySpec":
+        """What a valid reply to a training message with ``train_config`` (its ConfigRecord) is."""
+        return self.wire.reply_spec(self.wire.settings.from_record(train_config), vocab_size)
 
     def key(self, option: str) -> str:
         """The run-config key of one of its options: ``<name>.<option>``."""

@@ -148,7 +148,7 @@ def test_a_dplda_round_known_to_fit_imports_no_privacy_accountant(tmp_path):
     words = sorted({w for line in lines for w in json.loads(line)["text"].lower().split() if w.isalpha()})[:300]
     config = parse_run_config({"method": "dplda", "num-rounds": 40, "num-topics": 4, "dplda.sample-rate": 0.5,
                                "vocabulary": "/x/v.txt", "federated-eval": False})
-    record = json.dumps(dict(wire.settings(config).to_record()))
+    record = json.dumps(dict(wire.calibrated_settings(config).to_record()))
     kept = str(tmp_path / "state.npz")
     # messages 1-3 (the guard computes epsilons at 1, 2 and 3: it learns that 4 releases fit)
     first = _run(ANSWER_DPLDA_ROUNDS, str(path), " ".join(words), record, kept, "1", "3")

@@ -32,7 +32,7 @@ from flower_topics.wire.protocol import ReplySpec
 NEEDS = {"dplda": {"vocabulary": "/x/v.txt", "federated-eval": False, "num-rounds": 5}}
 #: How a method's strategy makes its settings from a run config, where it is more than ``SETTINGS.from_record``
 #: (dplda calibrates its noise multiplier first).
-SETTINGS_OF = {"dplda": dplda_wire.settings}
+SETTINGS_OF = {"dplda": dplda_wire.calibrated_settings}
 
 
 def _toy_wire(**names) -> ModuleType:

@@ -135,8 +135,8 @@ def test_dplda_calibrates_its_rounds_with_the_prevalence_release_in_one_guarante
     with_it = parse_run_config(DP)
     without = parse_run_config({**DP, "prevalence-period": ""})
     sigma_p = dplda_wire.prevalence_noise(with_it)
-    settings = dplda_wire.settings(with_it)
-    assert sigma_p > 0 and settings.noise_multiplier > dplda_wire.settings(without).noise_multiplier
+    settings = dplda_wire.calibrated_settings(with_it)
+    assert sigma_p > 0 and settings.noise_multiplier > dplda_wire.calibrated_settings(without).noise_multiplier
     eps_rounds, delta = dplda_wire.budget(with_it).for_rounds()
     # the rounds and the prevalence release together meet what the vocabulary leaves, no more
     total = dplda_wire.rounds_epsilon(settings, 3, delta, sigma_p)
@@ -150,7 +150,7 @@ def test_dplda_calibrates_its_rounds_with_the_prevalence_release_in_one_guarante
 
 
 def _request(sigma_p: float, secure: bool = False, **extra) -> ConfigRecord:
-    settings = dplda_wire.settings(parse_run_config({**DP, "secure-aggregation": secure}))
+    settings = dplda_wire.calibrated_settings(parse_run_config({**DP, "secure-aggregation": secure}))
     return ConfigRecord({**settings.to_record(), dplda_wire.PREVALENCE_NOISE: sigma_p, **extra})
 
 

@@ -34,7 +34,7 @@ class ExpectedCounts(TopicStrategy):
 
     def __init__(self, vocabulary: Sequence[str], settings: wire.Settings, *, eta: float, **federation: Any) -> None:
         super().__init__(vocabulary, **federation)
-        self.round_settings, self.eta = settings, eta
+        self.settings, self.eta = settings, eta
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "ExpectedCounts":
@@ -44,7 +44,7 @@ class ExpectedCounts(TopicStrategy):
 
     def initial_arrays(self) -> ArrayRecord:
         """A random public ``lambda`` from the run's seed (:func:`~flower_topics.models.svi.initial_lambda`)."""
-        lam = svi.initial_lambda(self.round_settings.n_topics, self.vocab_size, self.seed)
+        lam = svi.initial_lambda(self.settings.n_topics, self.vocab_size, self.seed)
         return ArrayRecord({wire.LAMBDA_KEY: Array(lam)})
 
     def topic_word(self, arrays: ArrayRecord) -> np.ndarray:
@@ -52,13 +52,13 @@ class ExpectedCounts(TopicStrategy):
         lam = arrays[wire.LAMBDA_KEY].numpy()
         return lam / lam.sum(axis=1, keepdims=True)
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha and the E-step's iterations."""
-        return self.round_settings.to_record()
+        return self.settings.to_record()
 
     def reply_spec(self) -> ReplySpec:
         """One ``K x V`` non-negative float array."""
-        return wire.reply_spec(self.round_settings, self.vocab_size)
+        return wire.reply_spec(self.settings, self.vocab_size)
 
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:

@@ -252,7 +252,7 @@ class DPLDA(TopicStrategy):
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "DPLDA":
         """The strategy of a validated run config (the noise multiplier calibrated to the whole-run target)."""
         wire.check_config(config)
-        return cls(vocabulary, wire.settings(config), budget=wire.budget(config), eta=float(config["beta"]),
+        return cls(vocabulary, wire.calibrated_settings(config), budget=wire.budget(config), eta=float(config["beta"]),
                    tau0=step_delay(config), kappa=float(config["dplda.kappa"]),
                    threshold=float(config["dplda.threshold"]), background=float(config["dplda.background"]),
                    init=str(config["dplda.init"]), public_corpus=public_corpus(config),
@@ -297,7 +297,7 @@ class DPLDA(TopicStrategy):
         lam = self.public(arrays)
         return lam / lam.sum(axis=1, keepdims=True)
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha, q, C, sigma, the target and the E-step iterations."""
         return self.dplda.to_record()
 
@@ -329,7 +329,7 @@ class DPLDA(TopicStrategy):
         self.updates += 1
         return model_record(average, variance), {"step-size": rho, "noise-std": float(np.sqrt(variance))}
 
-    def prevalence_settings(self) -> dict[str, Any]:
+    def prevalence_config(self) -> dict[str, Any]:
         """The round settings and the prevalence release's noise multiplier (and, under secure aggregation, its
         integer units: the rounds' ``C x quantum``, so that one accountant composes both)."""
         units = {PREVALENCE_UNITS: self.dplda.sensitivity_units} if self.secure is not None else {}

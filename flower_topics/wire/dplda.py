@@ -278,7 +278,7 @@ def rounds_epsilon(settings: DPLDASettings, rounds: int, delta: float, prevalenc
     return spent.get_epsilon(delta)
 
 
-def settings(config: Mapping[str, Any]) -> DPLDASettings:
+def calibrated_settings(config: Mapping[str, Any]) -> DPLDASettings:
     """The settings every party receives, from a validated run config (sigma calibrated)."""
     return DPLDASettings.from_record({**config, "dplda.noise-multiplier": noise_multiplier(config)})
 
@@ -289,7 +289,7 @@ def planned_releases(config: Mapping[str, Any]) -> tuple[Release, ...]:
     ``(eps, delta)`` (what a party's privacy ledger checks its lifetime cap against before round 1)."""
     from flower_topics.privacy.ledger import APPROX_DP, Release
 
-    run = settings(config)
+    run = calibrated_settings(config)
     rounds = int(config["num-rounds"])
     mechanism = "skellam" if run.secure else "gaussian"
     planned = [Release(mechanism, run.noise_multiplier, run.sample_rate, steps=rounds,
