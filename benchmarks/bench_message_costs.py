@@ -50,10 +50,10 @@ print(json.dumps({"cpu": time.process_time() - t, "numba": "numba" in sys.module
 SETTINGS = r"""
 import json, sys
 from flower_topics.run.config import parse_run_config
-from flower_topics.strategies.dplda import run_settings
+from flower_topics.strategies.dplda import calibrated_settings
 config = parse_run_config({"method": "dplda", "num-rounds": 40, "secure-aggregation": sys.argv[1] == "secure",
                            "vocabulary": "/x/v.txt", "federated-eval": False})
-print(json.dumps(dict(run_settings(config).to_record())))
+print(json.dumps(dict(calibrated_settings(config).to_record())))
 """
 
 GUARD = r"""

@@ -9,9 +9,11 @@ Adding a method: write ``wire/<name>.py`` (what :class:`~flower_topics.wire.meth
 reads: ``METHOD``, ``OPTIONS``, ``SETTINGS``, ``reply_spec`` and the flags it sets),
 ``clients/<name>.py`` (its :class:`~flower_topics.clients.base.LocalStep` as ``STEP``),
 ``strategies/<name>.py`` (a :class:`~flower_topics.strategies.base.TopicStrategy` with
-``from_config``), and register one :class:`MethodSpec` below. The wire module is checked when the
-spec is made; the strategy class and the step are checked against their types when first loaded
-(tests/test_method_interface.py loads every registered method's).
+``from_config``), and register one :class:`MethodSpec` below (a method of one's own, outside the package:
+the same files in one's own package and one :func:`register_method` call; docs/adding-a-method.md walks
+through one). The wire module is checked when the spec is made; the strategy class and the step are
+checked against their types when first loaded (tests/test_method_interface.py loads every registered
+method's) or registered.
 """
 
 from __future__ import annotations
@@ -143,17 +145,31 @@ class MethodSpec:
         (``COUNTS_KEY``; None: the method keeps no such counts)."""
         return self.wire.counts_key
 
-    def reply_spec(self, settings: Mapping[str, Any], vocab_size: int) -> "ReplySpec":
-        """What a valid reply to a training message with ``settings`` (its ConfigRecord) is."""
-        return self.wire.reply_spec(self.wire.settings.from_record(settings), vocab_size)
+    def reply_spec(self, train_config: Mapping[str, Any], vocab_size: int) -> "ReplySpec":
+        """What a valid reply to a training message with ``train_config`` (its ConfigRecord) is."""
+        return self.wire.reply_spec(self.wire.settings.from_record(train_config), vocab_size)
 
     def key(self, option: str) -> str:
         """The run-config key of one of its options: ``<name>.<option>``."""
         return f"{self.name}.{option}"
 
     def build_strategy(self, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "TopicStrategy":
-        """Its strategy for a validated run config and the run's vocabulary."""
-        return self.strategy_class().from_config(config, vocabulary)
+        """Its strategy for a validated run config and the run's vocabulary.
+
+        Raises
+        ------
+        TypeError
+            One line when the strategy's ``from_config`` left out the run config's federation options
+            (:meth:`~flower_topics.strategies.base.TopicStrategy.federation_options`: min-nodes, fraction-train,
+            min-replies, seed, evaluation, secure aggregation, round-timeout), which would be silently ignored.
+        """
+        cls = self.strategy_class()
+        strategy = cls.from_config(config, vocabulary)
+        options = cls.federation_options(config)
+        if ignored := [name for name, value in options.items() if getattr(strategy, name) != value]:
+            raise TypeError(f"method {self.name!r}: {cls.__name__}.from_config ignores the run config's "
+                            f"{', '.join(ignored)}: pass **cls.federation_options(config) to the base")
+        return strategy
 
     def strategy_class(self) -> "type[TopicStrategy]":
         """Its strategy class (imported on first use).
@@ -221,8 +237,9 @@ class NamedHook:
         return _load(self.path)(*args, **kwargs)
 
 
-#: Every registered method, by name.
-METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec in (
+#: The package's own methods, by name (pyproject.toml, docs/run-config.md and each one's docs page document
+#: them); :func:`register_method` adds others.
+_REGISTRY: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("lda", "AD-LDA: collapsed Gibbs on each party's tokens, count changes summed (no privacy)",
                MethodWire.read(lda), "flower_topics.strategies.lda:ADLDA", "flower_topics.clients.lda:STEP",
                private=False, seed_words=""),
@@ -250,7 +267,52 @@ METHODS: Mapping[str, MethodSpec] = MappingProxyType({spec.name: spec for spec i
                planned_releases=dplda_calibration.planned_releases, seed_words="",
                fixed_on_resume={"num-rounds": "dplda calibrates its noise to num-rounds releases under the "
                                               "whole-run budget; another num-rounds would change the noise"}),
-)})
+)}
+#: The names of the package's own methods (what pyproject.toml and the docs' option tables list).
+BUILT_IN: tuple[str, ...] = tuple(_REGISTRY)
+#: Every registered method, by name: the built-in ones, then those :func:`register_method` added (a read-only view
+#: that sees each registration).
+METHODS: Mapping[str, MethodSpec] = MappingProxyType(_REGISTRY)
+
+
+def register_method(spec: MethodSpec) -> None:
+    """Register a method of your own, so that everything that reads :data:`METHODS` runs it.
+
+    Registration holds in this process: the in-process engine
+    (:class:`~flower_topics.simulations.inprocess.InProcessGrid`, ``simulate(..., engine="inprocess")``) runs the method on its parties and its server; the ``flower-topics``
+    command and a deployment's ServerApp and ClientApp processes know only the built-in methods. Its options are
+    run-config keys ``<name>.<option>`` with their defaults (:data:`flower_topics.run.config.OPTIONS`).
+
+    Parameters
+    ----------
+    spec : MethodSpec
+        The method's spec (its wire module read by :meth:`MethodWire.read
+        <flower_topics.wire.method_wire.MethodWire.read>`, its strategy and its step by ``"module:Name"``).
+
+    Raises
+    ------
+    TypeError
+        One line: ``spec`` is not a :class:`MethodSpec`, its name is not a Python identifier (a Flower
+        message type is ``train.<name>``), one of its options is not a plain name, or its strategy or step
+        cannot be imported or is not of its type.
+    ValueError
+        One line: a method of that name is registered already.
+    """
+    if not isinstance(spec, MethodSpec):
+        raise TypeError(f"register_method takes a MethodSpec, not {type(spec).__name__}")
+    if not spec.name.isidentifier():
+        raise TypeError(f"method {spec.name!r}: a method's name must be a Python identifier (its messages are "
+                        f"train.<name>)")
+    if bad := [name for name in spec.options if not name or "." in name]:
+        raise TypeError(f"method {spec.name!r}: option {bad[0]!r} must be a name without a dot (users set "
+                        f"{spec.name}.<name>)")
+    if spec.name in _REGISTRY:
+        raise ValueError(f"method {spec.name!r} is registered already ({_REGISTRY[spec.name].title})")
+    try:  # a wrong "module:Name" is refused here, not in the middle of a run
+        spec.strategy_class(), spec.local_step()
+    except (ImportError, AttributeError) as exc:
+        raise TypeError(f"method {spec.name!r}: {type(exc).__name__}: {exc}") from None
+    _REGISTRY[spec.name] = spec
 
 
 def all_node_options() -> dict[str, Option]:

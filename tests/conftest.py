@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from examples.expected_counts import SPEC as EXAMPLE_METHOD
 from flower_topics.data.corpus_cache import CACHE_ENV
+from flower_topics.methods import register_method
 # A test that reads a file beside the repository (a corpus in a sibling folder) fails: tests read what it ships
 from tests.read_guard import no_reads_beside_the_repository, pytest_configure, pytest_unconfigure  # noqa: F401
+
+# The worked example of docs/adding-a-method.md, registered before any test module is collected: every test
+# parametrized over the registry's methods runs it as it runs the built-in ones.
+register_method(EXAMPLE_METHOD)
 
 
 @pytest.fixture(autouse=True, scope="session")

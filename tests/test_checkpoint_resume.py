@@ -92,7 +92,7 @@ def test_lda_ten_rounds_equal_five_resumed_to_ten_array_for_array(tmp_path):
         assert np.array_equal(full[key], again[key]), key
     np.testing.assert_array_equal(load_model(tmp_path / "full" / "model.npz").topic_word, model.topic_word)
     rows = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
-    assert [r["round"] for r in rows] == list(range(1, 11))  # rounds 1-5 carried over, 6-10 continued
+    assert [r["round"] for r in rows] == list(range(1, 11))  # rounds 1-5 copied over, 6-10 continued
     assert model.metadata["rounds"] == 10 and model.metadata["resumed"]["after_round"] == 5
     assert rows[-1]["privacy"]["rounds"] == 10
     full_rows = read_metrics(tmp_path / "full" / "metrics.jsonl")
@@ -101,7 +101,7 @@ def test_lda_ten_rounds_equal_five_resumed_to_ten_array_for_array(tmp_path):
 
 
 def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
-    """Fresh nodes (as in a new Flower run) send their whole counts again; the carried counts retire at once."""
+    """Fresh nodes (as in a new Flower run) send their whole counts again; the restored counts retire at once."""
     from flower_topics.federation.client_app import agreed_documents, data_config
 
     config = _config("lda", tmp_path / "run", **{"num-rounds": 5})
@@ -118,7 +118,7 @@ def test_lda_parties_that_lost_their_state_count_every_token_once(tmp_path):
                                                           for t in training))  # every token once, none twice
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [r["round"] for r in rows] == [1, 2, 3, 4, 5]
-    assert rows[3]["carried_share"] == 0.0 and "carried_share" not in rows[4]
+    assert rows[3]["restored_share"] == 0.0 and "restored_share" not in rows[4]
     assert rows[-1]["privacy"]["rounds"] == 7  # both releases of round 4 lost to a crash count too
 
 
@@ -298,6 +298,37 @@ def test_the_writer_writes_exactly_the_json_of_the_whole_state_and_refreshes_the
         assert meta["vocabulary"] == list(vocabulary) and meta["config"]["num-rounds"] == 5
         assert meta["round"] == server_round
     assert load_checkpoint(tmp_path).strategy_meta["base"]["traffic"]["4"]["eval_bytes_sent"] == 3
+
+
+def test_an_older_checkpoints_keys_are_read_too(tmp_path):
+    """A checkpoint written with the older keys (``absorbed`` in its meta, the restored counts under
+    ``<prefix>carried``) resumes as one with the current keys: the same lost releases are not counted again, the
+    same restored counts are mixed in."""
+    from flower_topics.strategies.restored_counts import RestoredCounts
+
+    counts = np.array([[3, 0], [1, 2]], dtype=np.int64)
+    for key in ("restored", "carried"):
+        restored = RestoredCounts.from_state("lda-", {f"lda-{key}": counts}, {"lda-total": 6, "lda-entered": 2})
+        np.testing.assert_array_equal(restored.restored, counts)
+        np.testing.assert_array_equal(restored.mix(np.zeros_like(counts)), [[2, 0], [0, 1]])  # floor(counts * 2/3)
+    assert RestoredCounts.from_state("lda-", {}, {}) is None
+
+    config = _config("lda", tmp_path / "run", **{"num-rounds": 5})
+    with pytest.raises(Crash):
+        run_server(_grid(config, crash_round=4), config)
+    path = tmp_path / "run" / CHECKPOINT_FILE
+    lost = [json.loads(line)["id"] for line in (tmp_path / "run" / RELEASE_FILE).read_text().splitlines()]
+    assert lost and load_checkpoint(tmp_path / "run").lost_releases
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    meta = read_meta(arrays["meta"])
+    meta.pop("counted_lost_releases")
+    for older in ({**meta, "absorbed": lost}, {**meta, "absorbed": []}):
+        arrays["meta"] = np.frombuffer(json.dumps(older).encode("utf-8"), dtype=np.uint8)
+        np.savez(path, **arrays)
+        checkpoint = load_checkpoint(tmp_path / "run")
+        assert checkpoint.counted_lost_releases == older["absorbed"]
+        assert [r["id"] for r in checkpoint.lost_releases] == [i for i in lost if i not in older["absorbed"]]
 
 
 def _descendants(pid: int) -> list[int]:

@@ -140,7 +140,7 @@ def test_importing_the_client_app_and_parsing_a_run_config_imports_no_numba():
 
 def test_a_dplda_round_known_to_fit_imports_no_privacy_accountant(tmp_path):
     from flower_topics.run.config import parse_run_config
-    from flower_topics.strategies.dplda import run_settings
+    from flower_topics.strategies.dplda import calibrated_settings
     from flower_topics.wire import dplda as wire
 
     path = tmp_path / "party.jsonl"
@@ -149,7 +149,7 @@ def test_a_dplda_round_known_to_fit_imports_no_privacy_accountant(tmp_path):
     words = sorted({w for line in lines for w in json.loads(line)["text"].lower().split() if w.isalpha()})[:300]
     config = parse_run_config({"method": "dplda", "num-rounds": 40, "num-topics": 4, "dplda.sample-rate": 0.5,
                                "vocabulary": "/x/v.txt", "federated-eval": False})
-    record = json.dumps(dict(run_settings(config).to_record()))
+    record = json.dumps(dict(calibrated_settings(config).to_record()))
     kept = str(tmp_path / "state.npz")
     # messages 1-3 (the guard computes epsilons at 1, 2 and 3: it learns that 4 releases fit)
     first = _run(ANSWER_DPLDA_ROUNDS, str(path), " ".join(words), record, kept, "1", "3")

@@ -20,7 +20,7 @@ from flwr.common.config import parse_config_args
 from flower_topics.cli.main import _parser
 from flower_topics.run.config import OPTIONS, options_table, parse_assignments, parse_run_config
 
-from flower_topics.methods import METHODS, all_node_options
+from flower_topics.methods import BUILT_IN, METHODS, all_node_options
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -106,7 +106,7 @@ def test_inline_option_assignments_name_real_keys(page):
 def test_every_key_is_documented_and_each_method_page_lists_its_own():
     table = options_table()
     assert table in (ROOT / "docs" / "run-config.md").read_text()
-    for name in METHODS:
+    for name in BUILT_IN:  # the package's methods (a method added by register_method is documented by its owner)
         page = (ROOT / "docs" / f"{name}.md").read_text()
         for row in table.splitlines():
             if row.startswith(f"| `{name}."):

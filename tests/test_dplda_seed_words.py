@@ -189,7 +189,7 @@ def test_the_report_says_seeds_cost_nothing_and_the_accounting_is_unchanged(tmp_
     assert ours.details["seed_words"] == ("public: 3 seed word(s) for 2 topic(s), read by the server from the "
                                           "seed-words file; they depend on no party's documents and cost no privacy")
     assert "seed_words" not in theirs.details
-    assert seeded.dplda == plain.dplda and seeded.settings() == plain.settings()  # sigma, q, C: the same
+    assert seeded.dplda == plain.dplda and seeded.train_config() == plain.train_config()  # sigma, q, C: the same
     assert ours.details["noise_multiplier"] == theirs.details["noise_multiplier"]
     assert (ours.epsilon, ours.delta, ours.epsilon_round) == (theirs.epsilon, theirs.delta, theirs.epsilon_round)
 

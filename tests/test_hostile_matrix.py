@@ -69,6 +69,12 @@ SCENARIOS: dict[str, tuple[dict, dict, tuple[str, ...]]] = {
                      ("query.vocabulary", "train.dplda", "query.prevalence", "query.secure_sum:keys",
                       "query.secure_sum:shares", "query.secure_sum:check", "query.secure_sum:unmask")),
 }
+#: A registered method without a scenario of its own above (a new method, or one added by ``register_method`` such as
+#: the worked example of docs/adding-a-method.md) is recorded in the plain one: a public vocabulary file, and every
+#: message type a party without a mechanism answers.
+SCENARIOS.update({name: ({"method": name, "vocabulary": "FILE"}, {},
+                         ("query.vocabulary", f"train.{name}", "evaluate", "query.prevalence"))
+                  for name in METHODS if name not in SCENARIOS})
 #: Each number of a message is replaced, one at a time, by each of these. Left out: huge positive values (2**62,
 #: 1e308). A server's huge iteration count (an ``evaluate`` message's ``eval-iterations`` = 2**62) keeps the party
 #: computing in compiled code that no in-test timeout can stop (a hole: reported, not testable in-process).

@@ -20,7 +20,7 @@ from flower_topics.run.config import parse_run_config
 from flower_topics.run.prevalence_outputs import read_prevalence
 from flower_topics.simulations.inprocess import InProcessGrid
 from flower_topics.privacy import dplda_calibration
-from flower_topics.strategies.dplda import run_settings
+from flower_topics.strategies.dplda import calibrated_settings
 from flower_topics.wire import dplda as dplda_wire
 
 GROUP_A = ("engine", "wheel", "brake", "garage", "diesel", "tyre")
@@ -137,8 +137,8 @@ def test_dplda_calibrates_its_rounds_with_the_prevalence_release_in_one_guarante
     with_it = parse_run_config(DP)
     without = parse_run_config({**DP, "prevalence-period": ""})
     sigma_p = dplda_calibration.prevalence_noise(with_it)
-    settings = run_settings(with_it)
-    assert sigma_p > 0 and settings.noise_multiplier > run_settings(without).noise_multiplier
+    settings = calibrated_settings(with_it)
+    assert sigma_p > 0 and settings.noise_multiplier > calibrated_settings(without).noise_multiplier
     eps_rounds, delta = dplda_calibration.budget(with_it).for_rounds()
     # the rounds and the prevalence release together meet what the vocabulary leaves, no more
     total = dplda_calibration.rounds_epsilon(settings, 3, delta, sigma_p)
@@ -152,7 +152,7 @@ def test_dplda_calibrates_its_rounds_with_the_prevalence_release_in_one_guarante
 
 
 def _request(sigma_p: float, secure: bool = False, **extra) -> ConfigRecord:
-    settings = run_settings(parse_run_config({**DP, "secure-aggregation": secure}))
+    settings = calibrated_settings(parse_run_config({**DP, "secure-aggregation": secure}))
     return ConfigRecord({**settings.to_record(), dplda_wire.PREVALENCE_NOISE: sigma_p, **extra})
 
 

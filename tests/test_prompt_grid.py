@@ -7,7 +7,7 @@ import time
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
 
-from flower_topics.federation.grids import IN_MEMORY_POLL_INTERVAL, PromptGrid, prompt
+from flower_topics.federation.grids import IN_MEMORY_POLL_INTERVAL, PromptGrid, with_fast_polling
 from flower_topics.simulations.inprocess import InProcessGrid
 
 
@@ -77,11 +77,11 @@ def test_prompt_wraps_the_http_grid_and_speeds_up_the_simulation_engines_own_gri
 
     simulation = InMemoryGrid(StateFactory())
     assert simulation.pull_interval == 0.1  # Flower's default: every round would wait up to 0.1 s for its replies
-    assert prompt(simulation) is simulation and simulation.pull_interval == IN_MEMORY_POLL_INTERVAL < 0.1
+    assert with_fast_polling(simulation) is simulation and simulation.pull_interval == IN_MEMORY_POLL_INTERVAL < 0.1
     patient = InMemoryGrid(StateFactory(), pull_interval=0.001)
-    assert prompt(patient).pull_interval == 0.001  # a faster setting is kept
-    deployment = HttpGrid.__new__(HttpGrid)  # no connection: prompt only looks at the type
-    wrapped = prompt(deployment)
+    assert with_fast_polling(patient).pull_interval == 0.001  # a faster setting is kept
+    deployment = HttpGrid.__new__(HttpGrid)  # no connection: with_fast_polling only looks at the type
+    wrapped = with_fast_polling(deployment)
     assert isinstance(wrapped, PromptGrid) and wrapped.grid is deployment
     link = SlowLink([0.0])
-    assert prompt(link) is link  # any other grid as it is
+    assert with_fast_polling(link) is link  # any other grid as it is

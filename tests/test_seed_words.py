@@ -128,7 +128,7 @@ def test_the_strategy_names_dropped_words_and_refuses_when_none_is_left(tmp_path
         strategy = ADLDA.from_config(config, VOCABULARY)
     assert [r.getMessage() for r in caplog.records if r.name == "flower_topics"] == [dropped_line(["zebra"])]
     assert strategy.lda.seed_topics == (0, 1) and strategy.lda.seed_words == (1, 5)  # "Bank" lowercased
-    assert strategy.settings()["seed-weight"] == 4.0
+    assert strategy.train_config()["seed-weight"] == 4.0
     report = strategy.privacy_report().to_dict()
     assert report["seed_words"].startswith("public: 2 seed word(s) for 2 topic(s)")
     assert "cost no privacy" in report["seed_words"]

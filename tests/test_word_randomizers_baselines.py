@@ -167,7 +167,7 @@ def test_hm_by_hand():
     high = (e - e_half) / (2 * e_half + 2)
     low = high / e
     beta = 1 - math.exp(-eps / 2)
-    assert hm.beta == pytest.approx(beta, rel=1e-12) and hm.pm_bound == pytest.approx(c, rel=1e-12)
+    assert hm.beta == pytest.approx(beta, rel=1e-12) and hm.pm.bound == pytest.approx(c, rel=1e-12)
 
     # word 3, rank 1, t = -1/3
     t = -1 / 3
@@ -208,15 +208,15 @@ def test_hm_eta_is_prior_weighted_change_probability():
 @pytest.mark.parametrize("eps", [0.7, 2.0, 5.0])
 def test_hm_piecewise_density_ratio_is_e_to_the_eps(eps):
     hm = HM(eps, _zipf_prior())
-    c = hm.pm_bound
+    c = hm.pm.bound
     t = np.linspace(-1, 1, 41)[:, None]
     y = np.linspace(-c, c, 4001)[None, :]
-    density = hm.pm_density(t, y)
+    density = hm.pm.density(t, y)
     assert density.max() / density.min() == pytest.approx(math.exp(eps), rel=1e-12)
     # each row is a probability density on [-C, C] (the pieces' lengths: C - 1 inside, C + 1 outside)
     high, low = density.max(), density.min()
     assert high * (c - 1) + low * (c + 1) == pytest.approx(1.0, rel=1e-12)
     assert high * (c - 1) == pytest.approx(math.exp(eps / 2) / (math.exp(eps / 2) + 1), rel=1e-12)
     # the high piece contains the input (PM's output is centred near t)
-    assert np.all(hm.pm_density(t, t) == high)
-    assert np.all(hm.pm_density(t, np.full_like(t, c + 1e-9)) == 0)
+    assert np.all(hm.pm.density(t, t) == high)
+    assert np.all(hm.pm.density(t, np.full_like(t, c + 1e-9)) == 0)

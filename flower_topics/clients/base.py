@@ -39,12 +39,12 @@ def no_secure_limit(corpus: Corpus, config: ConfigRecord, secure: SecureFacts) -
     return None
 
 
-def unaccounted(settings: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] | None:
+def unaccounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...] | None:
     """The default :attr:`LocalStep.accounted`: a round whose release has no document-level accounting (None)."""
     return None
 
 
-def plain_prevalence(theta: np.ndarray, index: np.ndarray, n_periods: int, settings: ConfigRecord, state: Any,
+def plain_prevalence(theta: np.ndarray, index: np.ndarray, n_periods: int, config: ConfigRecord, state: Any,
                      seed: int, party: PartyFacts = NO_PARTY) -> tuple[np.ndarray, tuple[Release, ...] | None]:
     """The default :attr:`LocalStep.prevalence`: the exact table of summed topic shares, with no document-level
     accounting (a method without a privacy mechanism releases its prevalence as it releases its rounds)."""
@@ -64,27 +64,27 @@ class LocalStep:
         a numpy array, int, float, bool or str, or one of them ``| None``
         (:data:`flower_topics.clients.state.SUPPORTED`); another type is refused when the step is defined.
     run : callable
-        ``run(arrays, settings, corpus, state, seed, party) -> (arrays, metrics)``: one round on
+        ``run(arrays, config, corpus, state, seed, party) -> (arrays, metrics)``: one round on
         the party's training documents, given the message's :class:`~flwr.app.ArrayRecord`
         and :class:`~flwr.app.ConfigRecord` (the server's request) and, beside them, the party's
         own side (:class:`~flower_topics.privacy.party_policy.PartyFacts`: its policy, its account
         of the run's releases, its secure-sum facts); updates ``state`` in place.
     secure_headroom : callable, default no check
-        ``secure_headroom(corpus, settings, secure) -> reason or None``: in a secure-sum round,
+        ``secure_headroom(corpus, config, secure) -> reason or None``: in a secure-sum round,
         given the party's own facts of it (:class:`~flower_topics.privacy.party_policy.SecureFacts`:
         its entry limit and its share of the noise), why this party's reply could exceed the most it
         may add without the sum wrapping, or None.
     accounted : callable, default none
-        ``accounted(settings, corpus) -> releases or None``: what one round with these settings releases of the
+        ``accounted(config, corpus) -> releases or None``: what one round with this config releases of the
         party's documents, as its accountant composes it (:class:`~flower_topics.privacy.ledger.Release`), or
         None when the release has no document-level accounting. A party that keeps a privacy ledger
         (node config ``privacy-ledger``) records these before the reply leaves, and refuses a round whose
         release is not accounted.
     prevalence : callable, default the exact table
-        ``prevalence(theta, index, n_periods, settings, state, seed, party) -> (table, releases or None)``: what
+        ``prevalence(theta, index, n_periods, config, state, seed, party) -> (table, releases or None)``: what
         leaves the party of its topic prevalence (:mod:`flower_topics.federation.party_prevalence`), given
         its dated documents' topic shares (``D x K``), each one's period position and the request's
-        settings; ``table`` is ``K x T`` (an integer table is sent as it is under secure aggregation, a real
+        config; ``table`` is ``K x T`` (an integer table is sent as it is under secure aggregation, a real
         one in the request's units). A method with a mechanism adds its noise here, checks its own budget
         and may update ``state``.
     """
@@ -99,7 +99,7 @@ class LocalStep:
     def __post_init__(self) -> None:
         field_types(self.state)  # refuses, in one line, a state field that could not be kept between rounds
 
-    def train(self, arrays: ArrayRecord, settings: ConfigRecord, corpus: Corpus, state: Any, seed: int,
+    def train(self, arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state: Any, seed: int,
               party: PartyFacts = NO_PARTY) -> Update:
         """One round (:attr:`run`), refused in one line before anything is computed when it is a secure-sum
         round whose range could not hold the reply (:attr:`secure_headroom`).
@@ -109,9 +109,9 @@ class LocalStep:
         UserInputError
             The reply could wrap the secure sum.
         """
-        if party.secure is not None and (problem := self.secure_headroom(corpus, settings, party.secure)):
+        if party.secure is not None and (problem := self.secure_headroom(corpus, config, party.secure)):
             raise UserInputError(problem)
-        return self.run(arrays, settings, corpus, state, seed, party)
+        return self.run(arrays, config, corpus, state, seed, party)
 
 
 class Acknowledged(Protocol):

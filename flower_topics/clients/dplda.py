@@ -140,7 +140,7 @@ class GuardMemo:
 RELEASE_COLUMNS = 4
 
 
-def settings_of(config: ConfigRecord) -> wire.DPLDASettings:
+def parse_settings(config: ConfigRecord) -> wire.DPLDASettings:
     """The server's settings, or one line saying why the party will not use them (a missing key, a value out of
     its range, a ``dplda.quantum`` below 1)."""
     try:
@@ -290,7 +290,7 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
     ``config`` is the server's request; ``party`` is this party's side (its cap, its account, its secure-sum
     facts), never read from the request."""
-    settings = settings_of(config)
+    settings = parse_settings(config)
     lam = check_lambda(arrays[wire.LAMBDA_KEY].numpy(), settings, corpus.n_words)
     expected = settings.sample_rate * corpus.n_docs
     if expected < 1.0:
@@ -322,13 +322,13 @@ def local_step(arrays: ArrayRecord, config: ConfigRecord, corpus: Corpus, state:
 
 def _secure_headroom(corpus: Corpus, config: ConfigRecord, secure: SecureFacts) -> str | None:
     """:func:`secure_headroom` from a training message's settings and the party's own facts of its round."""
-    return secure_headroom(settings_of(config), corpus.n_docs, secure.noise_share, secure.entry_limit)
+    return secure_headroom(parse_settings(config), corpus.n_docs, secure.noise_share, secure.entry_limit)
 
 
 def accounted(config: ConfigRecord, corpus: Corpus) -> tuple[Release, ...]:
     """What one round releases, as the run's accountant composes it: a Poisson-subsampled Gaussian (PLD), or under
     secure aggregation the Skellam of the whole round's noise (its RDP, per sensitivity in integer units)."""
-    settings = settings_of(config)
+    settings = parse_settings(config)
     if settings.secure:
         return (Release("skellam", settings.noise_multiplier, settings.sample_rate,
                         sensitivity=settings.sensitivity_units),)
@@ -365,7 +365,7 @@ def prevalence_release(theta: np.ndarray, index: np.ndarray, n_periods: int, con
     """
     from flower_topics.metrics.prevalence import period_totals
 
-    settings = settings_of(config)
+    settings = parse_settings(config)
     sigma = float(config.get(wire.PREVALENCE_NOISE, 0.0))
     if not sigma > 0:
         raise UserInputError("dplda: the prevalence request carries no noise; this party sends no exact table")

@@ -289,9 +289,9 @@ def _checked_model(content: RecordDict, n_words: int) -> tuple[np.ndarray | None
     :func:`received_model`)."""
     arrays = content[ARRAYS] if ARRAYS in content.array_records else ArrayRecord()
     counts_keys = set(wire_counts.keys(COUNTS_KEY))
-    extra = sorted(set(arrays.keys()) - {PHI_KEY} - counts_keys)
-    if extra:
-        raise UserInputError(f"the evaluate message carries {', '.join(repr(k) for k in extra)} besides the model; a "
+    stray = sorted(set(arrays.keys()) - {PHI_KEY} - counts_keys)  # arrays besides the model
+    if stray:
+        raise UserInputError(f"the evaluate message carries {', '.join(repr(k) for k in stray)} besides the model; a "
                              "party computes the top words itself from the model and answers nothing else")
     if counts_keys & set(arrays.keys()):
         if PHI_KEY in arrays:

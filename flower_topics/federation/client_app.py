@@ -198,21 +198,21 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     The step gets the server's settings as they came and, beside them, this party's own side
     (:func:`~flower_topics.federation.party_side.party_facts`); what it releases is added to the party's
     account before it leaves."""
-    settings = msg.content[CONFIG]
+    train_config = msg.content[CONFIG]
     secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
     party = party_side.party_facts(spec, msg, context)
     step = spec.local_step()
-    corpus = agreed_documents(context, config, str(settings["vocabulary"])).training
-    releases = step.accounted(settings, corpus)
+    corpus = agreed_documents(context, config, str(train_config["vocabulary"])).training
+    releases = step.accounted(train_config, corpus)
     party_side.check_policy(party.policy, spec.name, releases is not None, f"a {spec.name} round")
-    party_side.check_released_round(context.state, party.policy, spec.name, int(settings.get("server-round", 0)))
+    party_side.check_released_round(context.state, party.policy, spec.name, int(train_config.get("server-round", 0)))
     scored = carried_evaluation(msg, context, config)  # the model it receives, before the local step
     state_name = f"{spec.name}-state"
     with message_timing.stage("state"):
         state = load_state(context, state_name, step.state())
     seed = party_seed(context, config, private=spec.private)
     with message_timing.stage("compute"):
-        arrays, metrics = step.train(msg.content[ARRAYS], settings, corpus, state, seed, party)
+        arrays, metrics = step.train(msg.content[ARRAYS], train_config, corpus, state, seed, party)
     share = party.secure.noise_share if party.secure is not None else 1.0
     for release in releases or ():  # before it leaves
         party_side.record_release(context.state, AccountedRelease(ROUND, spec.name, release, secure is not None, share))
@@ -220,7 +220,7 @@ def local_round(spec: MethodSpec, msg: Message, context: Context, config: Mappin
     if secure is not None:
         from flower_topics.secure_sum import party as secure_party
 
-        order = spec.reply_spec(settings, corpus.n_words).arrays
+        order = spec.reply_spec(train_config, corpus.n_words).arrays
         vector = np.concatenate([np.asarray(arrays[key]).ravel() for key in order])
         arrays = {secure_sum.MASKED_KEY: secure_party.mask_update(context.state, context.node_id, secure, vector)}
         metrics = {}

@@ -8,7 +8,7 @@ more than the local work itself in a small round. :class:`PromptGrid` wraps such
 and pulls every ``poll_interval`` seconds instead (a pull is one small request to the
 SuperLink); everything else is the wrapped grid's. On the simulation engine the ServerApp
 gets an ``InMemoryGrid``, which pulls every 0.1 s (its ``pull_interval``, a constructor
-parameter): :func:`prompt` sets that to :data:`IN_MEMORY_POLL_INTERVAL`.
+parameter): :func:`with_fast_polling` sets that to :data:`IN_MEMORY_POLL_INTERVAL`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ POLL_INTERVAL = 0.2
 IN_MEMORY_POLL_INTERVAL = 0.01
 
 
-def prompt(grid: Grid) -> Grid:
+def with_fast_polling(grid: Grid) -> Grid:
     """The grid a ServerApp should use: an ``HttpGrid`` wrapped in :class:`PromptGrid`, an ``InMemoryGrid`` with
     its ``pull_interval`` set to :data:`IN_MEMORY_POLL_INTERVAL` (the same object), any other grid as it is.
 

@@ -97,13 +97,13 @@ def keep_own_table(context: Context, table: PrevalenceTable) -> None:
 
 
 def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: MethodSpec, documents: NodeDocuments,
-           settings: ConfigRecord, party: PartyFacts, state: Any, seed: int) -> tuple[Message, Any]:
+           request_config: ConfigRecord, party: PartyFacts, state: Any, seed: int) -> tuple[Message, Any]:
     """This party's reply to ``query.prevalence``, and its method's local state after the release.
 
     ``spec`` is the request's method: its release rule (:attr:`~flower_topics.clients.base.LocalStep.prevalence`)
-    makes the table that leaves from ``settings`` (the request's) and, beside them, ``party`` (this party's own
-    side: its cap, its account, its secure-sum facts); its account and its ledger record what it spends before it
-    leaves, and a party that requires a document-level guarantee sends no table without one.
+    makes the table that leaves from ``request_config`` (the request's ConfigRecord) and, beside it, ``party`` (this
+    party's own side: its cap, its account, its secure-sum facts); its account and its ledger record what it spends
+    before it leaves, and a party that requires a document-level guarantee sends no table without one.
     """
     request = msg.content[CONFIG]
     record = context.state["vocabulary"]  # the ClientApp checked that the party holds one
@@ -115,7 +115,7 @@ def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: Meth
     sums, _ = period_totals(theta, index, len(periods))
     keep_own_table(context, PrevalenceTable(periods, sums, sums.sum(axis=0), left_out[wire.UNDATED]))
     secure = msg.content.config_records.get(secure_sum.ROUND_RECORD)
-    table, releases = spec.local_step().prevalence(theta, index, len(periods), settings, state, seed, party)
+    table, releases = spec.local_step().prevalence(theta, index, len(periods), request_config, state, seed, party)
     check_policy(party.policy, spec.name, releases is not None, "prevalence")  # before anything leaves
     share = party.secure.noise_share if party.secure is not None else 1.0
     for release in releases or ():
@@ -127,7 +127,7 @@ def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: Meth
         if party.secure is None:
             raise UserInputError("prevalence: a secure-sum round this party has no facts of")
         masked = secure_party.mask_update(context.state, context.node_id, secure,
-                                          encode_table(table, settings, party.secure.entry_limit))
+                                          encode_table(table, request_config, party.secure.entry_limit))
         update, metrics = {secure_sum.MASKED_KEY: masked}, {}
     else:
         update = {wire.SUMS: np.asarray(table, dtype=np.float64)}
@@ -144,7 +144,7 @@ def answer(msg: Message, context: Context, config: Mapping[str, Any], spec: Meth
     return Message(content=content, reply_to=msg), state
 
 
-def encode_table(table: np.ndarray, settings: Mapping[str, Any], limit: int) -> np.ndarray:
+def encode_table(table: np.ndarray, request_config: Mapping[str, Any], limit: int) -> np.ndarray:
     """The table as the secure sum's integer vector: an integer table as it is (the method encoded it), a real one
     in units of ``1 / quantum`` (unbiased random rounding, :func:`~flower_topics.secure_sum.protocol.quantize`);
     ``limit`` is the party's own entry limit of the round."""
@@ -153,7 +153,7 @@ def encode_table(table: np.ndarray, settings: Mapping[str, Any], limit: int) -> 
     if np.issubdtype(np.asarray(table).dtype, np.integer):
         values = np.asarray(table, dtype=np.int64).ravel()
     else:
-        values = quantize(np.asarray(table).ravel(), float(settings[wire.QUANTUM]), limit,
+        values = quantize(np.asarray(table).ravel(), float(request_config[wire.QUANTUM]), limit,
                           np.random.default_rng())
     if values.size and int(np.abs(values).max()) >= limit:
         raise UserInputError(f"prevalence: an entry of this party's table reaches {int(np.abs(values).max())}, over "

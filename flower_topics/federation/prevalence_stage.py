@@ -7,7 +7,7 @@ dated documents in on its host and replies with its ``K x T`` table of summed to
 over the union of the parties' periods (or the run's grid, ``prevalence-from`` to
 ``prevalence-to``); under secure aggregation as one secure sum over the grid, so that it
 sees only the total. A method with a mechanism (``dplda``) has each party add its noise
-(the strategy's :meth:`~flower_topics.strategies.base.TopicStrategy.prevalence_settings`),
+(the strategy's :meth:`~flower_topics.strategies.base.TopicStrategy.prevalence_config`),
 accounted in the run's one guarantee. With ``prevalence-by-party`` (plain releases only) the
 server also keeps each party's table.
 """
@@ -108,8 +108,8 @@ def collect_prevalence(grid: Grid, config: Mapping[str, Any], strategy: TopicStr
     if not str(config["prevalence-period"]):
         return None
     started = time.time()
-    settings = strategy.prevalence_settings()
-    periods = check_prevalence_config(config, noisy=bool(settings))
+    release_rule = strategy.prevalence_config()
+    periods = check_prevalence_config(config, noisy=bool(release_rule))
     nodes = sorted(set(grid.get_node_ids()) - set(strategy.excluded))  # the parties still in the run
     if not nodes:
         raise UserInputError(f"prevalence: no party is left to answer ({exclusion_reasons(strategy.excluded)})")
@@ -117,7 +117,7 @@ def collect_prevalence(grid: Grid, config: Mapping[str, Any], strategy: TopicStr
     request = {"vocabulary": vocabulary_fingerprint(tuple(vocabulary)), "method": strategy.method,
                "period": str(config["prevalence-period"]), "periods": wire.join_periods(periods),
                "eval-alpha": float(config["eval-alpha"]), "eval-iterations": int(config["eval-iterations"]),
-               wire.QUANTUM: wire.DEFAULT_QUANTUM, **settings}
+               wire.QUANTUM: wire.DEFAULT_QUANTUM, **release_rule}
     arrays = ArrayRecord({wire.TOPIC_WORD: Array(np.asarray(topic_word, dtype=np.float64))})
     excluded: dict[int, str] = {}
     strategy.prevalence_released(len(nodes))  # before anything is sent: a stage that fails later still counts
@@ -126,7 +126,7 @@ def collect_prevalence(grid: Grid, config: Mapping[str, Any], strategy: TopicStr
         by_party, left_out = {}, {}
     else:
         table, parties, by_party, left_out = _plain(grid, request, arrays, nodes, periods, k, excluded, timeout,
-                                                    plain=not settings)
+                                                    plain=not release_rule)
     for node, why in excluded.items():
         logger.warning("prevalence: node %d: %s", node, why)
     noise = float(np.sqrt(strategy.prevalence_noise_variance(parties)))

@@ -11,6 +11,7 @@ ends, with its evaluation); at the end the model, its top words and the plots ar
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from logging import ERROR
 from typing import Any, Mapping, Sequence
 
@@ -23,7 +24,7 @@ from flower_topics.federation import console
 from flower_topics.federation.vocabulary_agreement import Agreement, agree_vocabulary, send_vocabulary
 from flower_topics.run.checkpoint import Checkpoint, CheckpointWriter, load_checkpoint
 from flower_topics.run.resume import RoundOffset, array_record, check_resume_config, resume_strategy
-from flower_topics.run.config import parse_run_config
+from flower_topics.run.config import RunConfig, parse_run_config
 from flower_topics.data.prepare import SYNTHETIC, synthetic_config
 from flower_topics.data.synthetic import make_synthetic_corpus
 from flower_topics.errors import UserInputError
@@ -34,8 +35,8 @@ from flower_topics.metrics.similarity import align_topics, topic_similarity_scor
 from flower_topics.topic_model.model_file import TopicModel
 from flower_topics.run.outputs import RunOutputs, read_metrics
 from flower_topics.privacy.privacy_report import PrivacyReport
-from flower_topics.federation.grids import prompt
-from flower_topics.federation.prevalence_stage import check_prevalence_config, collect_prevalence
+from flower_topics.federation.grids import with_fast_polling
+from flower_topics.federation.prevalence_stage import Prevalence, check_prevalence_config, collect_prevalence
 from flower_topics.run.prevalence_outputs import write_prevalence
 from flower_topics.strategies.base import TopicStrategy
 
@@ -107,7 +108,7 @@ class RoundRecorder:
         if self.agreement.mode == "union":
             report = report.without_document_guarantee(
                 "the union vocabulary agreement (each party's words with their document frequencies)")
-        if self.strategy.prevalence_parties and not self.strategy.prevalence_settings():
+        if self.strategy.prevalence_parties and not self.strategy.prevalence_config():
             report = report.without_document_guarantee(
                 "the topic-prevalence release (each party's summed topic shares per period, without noise)")
         return report
@@ -125,7 +126,7 @@ class RoundRecorder:
         return MetricRecord({k: float(v) for k, v in row.items() if isinstance(v, (int, float)) and v is not None})
 
     def reopen(self, server_round: int, arrays: ArrayRecord, rows: Sequence[Mapping[str, Any]]) -> None:
-        """After a resume from round ``server_round``'s checkpoint, whose metrics ``rows`` were carried over: a
+        """After a resume from round ``server_round``'s checkpoint, whose metrics ``rows`` were copied over: a
         round whose line was held for its evaluation when the run stopped gets its line now (held again while the
         next round's training messages carry its evaluation); a written line gives the strategy its evaluation,
         which is then not asked for again."""
@@ -196,15 +197,234 @@ def synthetic_truth(config: Mapping[str, Any], agreement: Agreement | None = Non
     return corpus.topic_word, corpus.corpus.vocabulary
 
 
+@dataclass(frozen=True)
+class StartedRun:
+    """A run once its vocabulary is agreed (or restored) and its strategy is ready for its first round.
+
+    Made by :func:`start_run`; what the training rounds (:func:`training_rounds`), the topic
+    prevalence (:func:`topic_prevalence`) and the outputs (:func:`write_outputs`) read.
+
+    Attributes
+    ----------
+    config : RunConfig
+        The validated run config.
+    checkpoint : Checkpoint or None
+        The checkpoint the run resumes from (None: a new run).
+    outputs : RunOutputs
+        The run's output directory.
+    agreement : Agreement
+        The vocabulary agreement (on a resume, the checkpoint's).
+    strategy : TopicStrategy
+        The method's strategy, at round ``start_round``'s state.
+    checkpoints : CheckpointWriter
+        Where the run's state goes after each due round.
+    recorder : RoundRecorder
+        Flower's ``evaluate_fn``: each round's line of metrics.jsonl.
+    initial : ArrayRecord
+        The global model the rounds start from.
+    counted_lost_releases : tuple of str
+        The ids of the lost releases the strategy's state counts (never counted twice).
+    """
+
+    config: RunConfig
+    checkpoint: Checkpoint | None
+    outputs: RunOutputs
+    agreement: Agreement
+    strategy: TopicStrategy
+    checkpoints: CheckpointWriter
+    recorder: RoundRecorder
+    initial: ArrayRecord
+    counted_lost_releases: tuple[str, ...] = ()
+
+    @property
+    def start_round(self) -> int:
+        """The rounds already completed (0 for a new run)."""
+        return 0 if self.checkpoint is None else self.checkpoint.round
+
+    @property
+    def timeout(self) -> float:
+        """``round-timeout``, in seconds."""
+        return float(self.config["round-timeout"])
+
+    @property
+    def data(self) -> str:
+        """The corpus the parties said they read (their own files unless all hold shares of ``dataset``)."""
+        return self.agreement.data_source(self.config.dataset)
+
+
+def start_run(grid: Grid, config: RunConfig) -> StartedRun:
+    """Stage 1, the vocabulary agreement, and the method's strategy ready for its first round.
+
+    A new run agrees on the vocabulary (:func:`~flower_topics.federation.vocabulary_agreement.agree_vocabulary`)
+    and checkpoints round 0. A resume (``resume`` set) reads the checkpoint before anything is sent,
+    restores the agreement without running it again (it would spend the parties' privacy a second
+    time) and the strategy's state, and sends the parties the vocabulary.
+    """
+    started = time.time()
+    checkpoint = resume_checkpoint(config)  # before anything is sent: a refused resume sends nothing
+    timeout = float(config["round-timeout"])
+    outputs = RunOutputs(config.output_dir, resume_from=config["resume"] or None,
+                         resume_round=0 if checkpoint is None else checkpoint.round)
+    if checkpoint is None:
+        agreement = agree_vocabulary(grid, config, timeout=timeout)
+    else:  # the agreement is not run again: it would spend the parties' privacy a second time
+        agreement = Agreement.from_state(checkpoint.agreement, checkpoint.vocabulary)
+    outputs.write_vocabulary(agreement.vocabulary)
+    strategy = build_strategy(config, agreement.vocabulary)
+    strategy.excluded.update(agreement.excluded)
+    if str(config["prevalence-period"]):  # refused before round 1, not after the last
+        check_prevalence_config(config, noisy=bool(strategy.prevalence_config()))
+    checkpoints = CheckpointWriter(outputs.directory, config, agreement)
+    if checkpoint is None:
+        initial, counted = strategy.initial_arrays(), ()
+        checkpoints.save(0, strategy, initial)
+    else:
+        initial, counted = restore_strategy(strategy, checkpoint, checkpoints)
+        restored = time.time() - started
+        strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
+    recorder = RoundRecorder(strategy, agreement, outputs, config, synthetic_truth(config, agreement))
+    run = StartedRun(config, checkpoint, outputs, agreement, strategy, checkpoints, recorder, initial, counted)
+    if checkpoint is not None:
+        reopen_rounds(run, checkpoint, restored, time.time() - started)
+    console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
+                config.method, config.num_topics, config.num_rounds, run.data,
+                len(agreement.vocabulary), agreement.mode, agreement.nodes)
+    return run
+
+
+def restore_strategy(strategy: TopicStrategy, checkpoint: Checkpoint, checkpoints: CheckpointWriter
+                     ) -> tuple[ArrayRecord, tuple[str, ...]]:
+    """Bring ``strategy`` to the checkpoint's state, its lost releases counted, and checkpoint that state again.
+
+    Returns the global model the rounds continue from and the ids of the lost releases the
+    strategy's state counts now (:func:`~flower_topics.run.resume.resume_strategy`).
+    """
+    resume_strategy(strategy, checkpoint)
+    initial = array_record(checkpoint.global_arrays)
+    counted = (*checkpoint.counted_lost_releases, *(release["id"] for release in checkpoint.lost_releases))
+    # the lost releases are in the state now: a crash before the next round's checkpoint must not lose them
+    checkpoints.save(checkpoint.round, strategy, initial, counted)
+    return initial, counted
+
+
+def reopen_rounds(run: StartedRun, checkpoint: Checkpoint, restore_seconds: float, resume_seconds: float) -> None:
+    """On a resume from ``checkpoint``, continue the interrupted run's metrics.jsonl (:meth:`RoundRecorder.resumed`,
+    :meth:`RoundRecorder.reopen`) and say where the run resumes."""
+    earlier_rows = read_metrics(run.outputs.metrics_path)
+    run.recorder.resumed(earlier_rows, restore_seconds, resume_seconds)
+    run.recorder.reopen(run.start_round, run.initial, earlier_rows)
+    console.say("flower-topics: resumed %s after round %d of %d (checkpoint restored in %.2f s, parties "
+                "ready after %.2f s)%s", run.config["resume"], checkpoint.round, run.config.num_rounds,
+                restore_seconds, run.recorder.resume_seconds,
+                f"; {len(checkpoint.lost_releases)} round(s) released after it and lost are counted"
+                if checkpoint.lost_releases else "")
+
+
+class LatestModel:
+    """The global model of the latest recorded round; :meth:`record` is the rounds' ``evaluate_fn``.
+
+    Parameters
+    ----------
+    run : StartedRun
+        The run (its recorder, checkpoints and initial model).
+    """
+
+    def __init__(self, run: StartedRun) -> None:
+        self.run = run
+        self.arrays = run.initial
+
+    def record(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Record round ``server_round`` (:class:`RoundRecorder`), checkpoint it when due, and keep its model."""
+        metrics = self.run.recorder(server_round, arrays)
+        if self.run.checkpoints.due(server_round):
+            self.run.checkpoints.save(server_round, self.run.strategy, arrays, self.run.counted_lost_releases)
+        self.arrays = arrays
+        return metrics
+
+
+def training_rounds(grid: Grid, run: StartedRun) -> ArrayRecord:
+    """Stages 2 and 3, the training rounds with federated evaluation: Flower's round loop after the rounds
+    already completed (:class:`~flower_topics.run.resume.RoundOffset`), each round recorded and checkpointed when
+    due. Returns the final global model (a resume whose rounds all failed: the checkpoint's)."""
+    rounds = RoundOffset(run.strategy, run.start_round, run.outputs.directory)
+    latest = LatestModel(run)
+    result = rounds.start(
+        grid=grid,
+        initial_arrays=run.initial,
+        num_rounds=run.config.num_rounds - run.start_round,
+        timeout=run.timeout,
+        evaluate_fn=rounds.evaluate_fn(latest.record),
+    )
+    run.recorder.flush()  # a line still held for its evaluation (a run whose next round did not come)
+    if not result.arrays and run.checkpoint is None:
+        raise RuntimeError("no round produced a model: every client reply failed (see the log above)")
+    return result.arrays if result.arrays else latest.arrays
+
+
+def topic_prevalence(grid: Grid, run: StartedRun, model: TopicModel) -> Prevalence | None:
+    """Stage 4, the topic prevalence against the final topics (None when ``prevalence-period`` is not set, or
+    when the stage fails in one line: the trained model is still written)."""
+    try:
+        return collect_prevalence(grid, run.config, run.strategy, model.topic_word, run.agreement.vocabulary,
+                                  run.timeout)
+    except UserInputError as exc:  # the trained model is still written
+        console.say("flower-topics: error: %s (the model is written; prevalence.csv is not)", exc, level=ERROR)
+        return None
+
+
+def model_metadata(run: StartedRun, prevalence: Prevalence | None, seconds: float) -> dict[str, Any]:
+    """The final model's metadata: the method, the run config, the privacy report, the agreement, the wall
+    time ``seconds``, the prevalence summary and, on a resume, where it resumed from."""
+    config, checkpoint, recorder = run.config, run.checkpoint, run.recorder
+    return {
+        "method": config.method,
+        "run_config": {**config, "dataset": run.data},  # the corpus the parties said they read
+        "rounds": config.num_rounds,
+        "privacy": recorder.privacy().to_dict(),
+        "vocabulary_agreement": run.agreement.summary(),
+        "wall_time": seconds,
+        "engine": "flower",
+        **({} if prevalence is None else {"prevalence": prevalence.summary()}),
+        **({} if checkpoint is None else {"resumed": {
+            "from": str(config["resume"]), "after_round": run.start_round, "lost_releases": checkpoint.lost_releases,
+            "seconds_to_restore": recorder.restore_seconds, "seconds_to_resume": recorder.resume_seconds}}),
+    }
+
+
+def write_outputs(run: StartedRun, arrays: ArrayRecord, trained: TopicModel, prevalence: Prevalence | None
+                  ) -> TopicModel:
+    """Stage 5, the outputs: the ``trained`` model (of the final global ``arrays``) with its metadata, the
+    strategy's final state, the plots, ``prevalence.csv``, and the run's summary on the console. Returns the model
+    written."""
+    seconds = time.time() - run.recorder.started  # the run's time: the model's metadata, the report and the console
+    model = TopicModel(trained.topic_word, trained.vocabulary, metadata=model_metadata(run, prevalence, seconds))
+    run.outputs.write_model(model)
+    run.outputs.write_state({key: array.numpy() for key, array in arrays.items()})
+    run.outputs.plot()
+    if prevalence is not None:
+        written = write_prevalence(run.outputs.directory, prevalence, model.labels())
+        console.say("flower-topics: topic prevalence over %d period(s) from %d part(y/ies)%s: %s",
+                    len(prevalence.table.periods), prevalence.parties,
+                    f" (noise sd {prevalence.noise_std:.3g} a cell)" if prevalence.noise_std else "",
+                    ", ".join(str(p) for p in written))
+    for line in console.summary_lines(
+            method=run.config.method, topics=model.top_words(10), asked_topics=run.config.num_topics,
+            last=run.recorder.last, privacy=run.recorder.privacy().summary(), directory=str(run.outputs.directory),
+            seconds=seconds, notes=get_method(run.config.method).notes(run.config)):
+        console.say("%s", line)
+    return model
+
+
 def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     """Run one federated training on ``grid`` and write its outputs; the server opens no party's corpus.
 
-    Stages: the vocabulary agreement (:func:`~flower_topics.federation.vocabulary_agreement.agree_vocabulary`),
-    the method's rounds (its strategy from the registry), federated evaluation every
-    ``eval-every`` rounds, and the outputs. After the agreement, after the last round and when
-    due (``checkpoint-interval``) the run's state goes to ``output-dir/checkpoint.npz``; with ``resume`` set to an interrupted
-    run's output directory the run continues from its last complete round, without a new
-    agreement (:mod:`flower_topics.run.checkpoint`).
+    The stages of a run (docs/architecture.md): the vocabulary agreement (:func:`start_run`), the
+    method's training rounds with federated evaluation every ``eval-every`` rounds
+    (:func:`training_rounds`), the topic prevalence (:func:`topic_prevalence`) and the outputs
+    (:func:`write_outputs`). After the agreement, after the last round and when due
+    (``checkpoint-interval``) the run's state goes to ``output-dir/checkpoint.npz``; with ``resume``
+    set to an interrupted run's output directory the run continues from its last complete round,
+    without a new agreement (:mod:`flower_topics.run.checkpoint`).
 
     Parameters
     ----------
@@ -218,109 +438,11 @@ def run_server(grid: Grid, run_config: Mapping[str, Any]) -> TopicModel:
     TopicModel
         The final global model (also written to ``output-dir/model.npz``).
     """
-    config = parse_run_config(run_config)
-    started = time.time()
-    checkpoint = resume_checkpoint(config)  # before anything is sent: a refused resume sends nothing
-    start_round = 0 if checkpoint is None else checkpoint.round
-    outputs = RunOutputs(config.output_dir, resume_from=config["resume"] or None, resume_round=start_round)
-    timeout = float(config["round-timeout"])
-    if checkpoint is None:
-        agreement = agree_vocabulary(grid, config, timeout=timeout)
-    else:  # the agreement is not run again: it would spend the parties' privacy a second time
-        agreement = Agreement.from_state(checkpoint.agreement, checkpoint.vocabulary)
-    outputs.write_vocabulary(agreement.vocabulary)
-    strategy = build_strategy(config, agreement.vocabulary)
-    strategy.excluded.update(agreement.excluded)
-    if str(config["prevalence-period"]):  # refused before round 1, not after the last
-        check_prevalence_config(config, noisy=bool(strategy.prevalence_settings()))
-    absorbed: list[str] = []  # lost releases the strategy's state counts (never counted twice)
-    checkpoints = CheckpointWriter(outputs.directory, config, agreement)
-    if checkpoint is None:
-        initial = strategy.initial_arrays()
-        checkpoints.save(0, strategy, initial)
-    else:
-        resume_strategy(strategy, checkpoint)
-        initial = array_record(checkpoint.global_arrays)
-        absorbed = [*checkpoint.absorbed, *(release["id"] for release in checkpoint.lost_releases)]
-        # the lost releases are in the state now: a crash before the next round's checkpoint must not lose them
-        checkpoints.save(start_round, strategy, initial, absorbed)
-        restored = time.time() - started
-        strategy.excluded.update(send_vocabulary(grid, agreement.vocabulary, int(config["min-nodes"]), timeout))
-    truth = synthetic_truth(config, agreement)
-    data = agreement.data_source(config.dataset)  # the parties' own files unless all hold shares
-    recorder = RoundRecorder(strategy, agreement, outputs, config, truth)
-    if checkpoint is not None:
-        carried = read_metrics(outputs.metrics_path)
-        recorder.resumed(carried, restored, time.time() - started)
-        recorder.reopen(start_round, initial, carried)
-        console.say("flower-topics: resumed %s after round %d of %d (checkpoint restored in %.2f s, parties "
-                    "ready after %.2f s)%s", config["resume"], checkpoint.round, config.num_rounds,
-                    restored, recorder.resume_seconds,
-                    f"; {len(checkpoint.lost_releases)} round(s) released after it and lost are counted"
-                    if checkpoint.lost_releases else "")
-    console.say("flower-topics: %s, %d topics, %d rounds on %s; vocabulary: %d words (%s) from %d node(s)",
-                config.method, config.num_topics, config.num_rounds, data,
-                len(agreement.vocabulary), agreement.mode, agreement.nodes)
-    rounds = RoundOffset(strategy, start_round, outputs.directory)
-    latest = [initial]
-
-    def record(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        metrics = recorder(server_round, arrays)
-        if checkpoints.due(server_round):
-            checkpoints.save(server_round, strategy, arrays, absorbed)
-        latest[0] = arrays
-        return metrics
-
-    result = rounds.start(
-        grid=grid,
-        initial_arrays=initial,
-        num_rounds=config.num_rounds - start_round,
-        timeout=timeout,
-        evaluate_fn=rounds.evaluate_fn(record),
-    )
-    recorder.flush()  # a line still held for its evaluation (a run whose next round did not come)
-    if not result.arrays and checkpoint is None:
-        raise RuntimeError("no round produced a model: every client reply failed (see the log above)")
-    final_arrays = result.arrays if result.arrays else latest[0]
-    model = recorder.model(final_arrays)
-    try:
-        prevalence = collect_prevalence(grid, config, strategy, model.topic_word, agreement.vocabulary, timeout)
-    except UserInputError as exc:  # the trained model is still written
-        console.say("flower-topics: error: %s (the model is written; prevalence.csv is not)", exc, level=ERROR)
-        prevalence = None
-    seconds = time.time() - recorder.started  # the run's time: the model's metadata, the report and the console
-    model = TopicModel(
-        model.topic_word,
-        model.vocabulary,
-        metadata={
-            "method": config.method,
-            "run_config": {**config, "dataset": data},  # the corpus the parties said they read
-            "rounds": config.num_rounds,
-            "privacy": recorder.privacy().to_dict(),
-            "vocabulary_agreement": agreement.summary(),
-            "wall_time": seconds,
-            "engine": "flower",
-            **({} if prevalence is None else {"prevalence": prevalence.summary()}),
-            **({} if checkpoint is None else {"resumed": {
-                "from": str(config["resume"]), "after_round": start_round, "lost_releases": checkpoint.lost_releases,
-                "seconds_to_restore": recorder.restore_seconds, "seconds_to_resume": recorder.resume_seconds}}),
-        },
-    )
-    outputs.write_model(model)
-    outputs.write_state({key: array.numpy() for key, array in final_arrays.items()})
-    outputs.plot()
-    if prevalence is not None:
-        written = write_prevalence(outputs.directory, prevalence, model.labels())
-        console.say("flower-topics: topic prevalence over %d period(s) from %d part(y/ies)%s: %s",
-                    len(prevalence.table.periods), prevalence.parties,
-                    f" (noise sd {prevalence.noise_std:.3g} a cell)" if prevalence.noise_std else "",
-                    ", ".join(str(p) for p in written))
-    for line in console.summary_lines(
-            method=config.method, topics=model.top_words(10), asked_topics=config.num_topics,
-            last=recorder.last, privacy=recorder.privacy().summary(), directory=str(outputs.directory),
-            seconds=seconds, notes=get_method(config.method).notes(config)):
-        console.say("%s", line)
-    return model
+    run = start_run(grid, parse_run_config(run_config))
+    arrays = training_rounds(grid, run)
+    model = run.recorder.model(arrays)
+    prevalence = topic_prevalence(grid, run, model)
+    return write_outputs(run, arrays, model, prevalence)
 
 
 def resume_checkpoint(config: Mapping[str, Any]) -> Checkpoint | None:
@@ -361,7 +483,7 @@ def make_server_app(run_config: Mapping[str, Any] | None = None) -> ServerApp:
         raw = context.run_config if run_config is None else run_config
         console.install(verbose=str(raw.get("verbose", "false")).lower() in ("true", "1"))
         try:
-            run_server(prompt(grid), raw)  # Flower's grids pull replies every 3 s (deployment) or 0.1 s (simulation)
+            run_server(with_fast_polling(grid), raw)  # Flower's grids pull replies every 3 s (deployment) or 0.1 s (simulation)
         except UserInputError as exc:
             console.user_error(str(exc))  # one line; Flower's traceback of it is dropped
             raise  # not SystemExit: Flower would mark the run as completed

@@ -317,6 +317,97 @@ HM_EPSILON_STAR = 0.61
 
 
 @dataclass(frozen=True)
+class PiecewiseMechanism:
+    """The Piecewise Mechanism (PM) of Wang et al. (ICDE 2019) on a number ``t`` in ``[-1, 1]``: eps-LDP.
+
+    ``C = (e^(eps/2) + 1) / (e^(eps/2) - 1)``, ``l(t) = (C + 1)/2 t - (C - 1)/2``, ``r(t) = l(t) + C - 1``.
+    The output ``y`` in ``[-C, C]`` has density ``p = (e^eps - e^(eps/2)) / (2 e^(eps/2) + 2)`` on
+    ``[l(t), r(t)]`` and ``p / e^eps`` on the rest of ``[-C, C]``.
+
+    Parameters
+    ----------
+    epsilon : float
+        Budget (> 0).
+    """
+
+    epsilon: float
+
+    @property
+    def bound(self) -> float:
+        """``C``: the outputs lie in ``[-C, C]``."""
+        half = math.exp(self.epsilon / 2.0)
+        return (half + 1.0) / (half - 1.0)
+
+    def piece(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(l(t), r(t))``, the interval of the higher density for input ``t``."""
+        c = self.bound
+        left = (c + 1.0) / 2.0 * np.asarray(t, dtype=float) - (c - 1.0) / 2.0
+        return left, left + c - 1.0
+
+    def levels(self) -> tuple[float, float]:
+        """The two density levels, ``(p, p / e^eps)``."""
+        half = math.exp(self.epsilon / 2.0)
+        high = (math.exp(self.epsilon) - half) / (2.0 * half + 2.0)
+        return high, high / math.exp(self.epsilon)
+
+    def density(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The output density at ``y`` for input ``t`` (broadcast; 0 outside ``[-C, C]``)."""
+        y = np.asarray(y, dtype=float)
+        left, right = self.piece(t)
+        high, low = self.levels()
+        c = self.bound
+        return np.where((y < -c) | (y > c), 0.0, np.where((y >= left) & (y <= right), high, low))
+
+    def cdf(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``Pr[PM(t) <= y]`` (broadcast): the integral of :meth:`density`."""
+        left, right = self.piece(t)
+        high, low = self.levels()
+        c = self.bound
+        return low * (np.clip(y, -c, c) + c) + (high - low) * (np.clip(y, left, right) - left)
+
+    def sample(self, t: np.ndarray, centre: np.ndarray, u: np.ndarray) -> np.ndarray:
+        """Outputs for inputs ``t`` from uniform draws ``centre`` (which piece) and ``u`` (where in it)."""
+        c = self.bound
+        half = math.exp(self.epsilon / 2.0)
+        left, right = self.piece(t)
+        # uniform on [l, r] w.p. e^(eps/2) / (e^(eps/2) + 1), else uniform on [-C, l) U (r, C]
+        # (total length C + 1; the first l + C of it lie left of l).
+        outer = (c + 1.0) * u
+        return np.where(centre < half / (half + 1.0), left + (c - 1.0) * u,
+                        np.where(outer < left + c, outer - c, right + (outer - (left + c))))
+
+
+@dataclass(frozen=True)
+class DuchiMechanism:
+    """Duchi, Jordan and Wainwright's one-dimensional mechanism on ``t`` in ``[-1, 1]``: eps-LDP.
+
+    ``y = +-C_D`` with ``C_D = (e^eps + 1) / (e^eps - 1)`` and ``Pr[y = C_D] = 1/2 + t (e^eps - 1) / (2 e^eps + 2)``.
+
+    Parameters
+    ----------
+    epsilon : float
+        Budget (> 0).
+    """
+
+    epsilon: float
+
+    @property
+    def bound(self) -> float:
+        """``C_D``: the outputs are ``+-C_D``."""
+        e = math.exp(self.epsilon)
+        return (e + 1.0) / (e - 1.0)
+
+    def plus_probability(self, t: np.ndarray) -> np.ndarray:
+        """``Pr[y = C_D]`` for input ``t``."""
+        e = math.exp(self.epsilon)
+        return 0.5 + np.asarray(t, dtype=float) * (e - 1.0) / (2.0 * e + 2.0)
+
+    def sample(self, t: np.ndarray, plus: np.ndarray) -> np.ndarray:
+        """Outputs for inputs ``t`` from uniform draws ``plus``."""
+        return np.where(plus < self.plus_probability(t), self.bound, -self.bound)
+
+
+@dataclass(frozen=True)
 class HM:
     """HM, the hybrid mechanism of Wang et al. (ICDE 2019), on a word's rank: eps-LDP.
 
@@ -372,16 +463,14 @@ class HM:
         return 1.0 - math.exp(-self.epsilon / 2.0) if self.epsilon > HM_EPSILON_STAR else 0.0
 
     @property
-    def pm_bound(self) -> float:
-        """PM's ``C``: its outputs lie in ``[-C, C]``."""
-        half = math.exp(self.epsilon / 2.0)
-        return (half + 1.0) / (half - 1.0)
+    def pm(self) -> PiecewiseMechanism:
+        """Its Piecewise Mechanism, at the full ``eps``."""
+        return PiecewiseMechanism(self.epsilon)
 
     @property
-    def duchi_bound(self) -> float:
-        """Duchi's ``C_D = (e^eps + 1) / (e^eps - 1)``: its outputs are ``+-C_D``."""
-        e = math.exp(self.epsilon)
-        return (e + 1.0) / (e - 1.0)
+    def duchi(self) -> DuchiMechanism:
+        """Its Duchi mechanism, at the full ``eps``."""
+        return DuchiMechanism(self.epsilon)
 
     @property
     def order(self) -> np.ndarray:
@@ -399,38 +488,9 @@ class HM:
         """``t = 2 r / (V - 1) - 1``, the number HM perturbs for rank ``r``."""
         return 2.0 * np.asarray(rank, dtype=float) / (self.size - 1) - 1.0
 
-    def _pm_piece(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        c = self.pm_bound
-        left = (c + 1.0) / 2.0 * np.asarray(t, dtype=float) - (c - 1.0) / 2.0
-        return left, left + c - 1.0
-
-    def _pm_levels(self) -> tuple[float, float]:
-        half = math.exp(self.epsilon / 2.0)
-        high = (math.exp(self.epsilon) - half) / (2.0 * half + 2.0)
-        return high, high / math.exp(self.epsilon)
-
-    def pm_density(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """PM's output density at ``y`` for input ``t`` (broadcast; 0 outside ``[-C, C]``)."""
-        y = np.asarray(y, dtype=float)
-        left, right = self._pm_piece(t)
-        high, low = self._pm_levels()
-        c = self.pm_bound
-        return np.where((y < -c) | (y > c), 0.0, np.where((y >= left) & (y <= right), high, low))
-
-    def _pm_cdf(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """``Pr[PM(t) <= y]`` (broadcast): the integral of :meth:`pm_density`."""
-        left, right = self._pm_piece(t)
-        high, low = self._pm_levels()
-        c = self.pm_bound
-        return low * (np.clip(y, -c, c) + c) + (high - low) * (np.clip(y, left, right) - left)
-
-    def _duchi_plus(self, t: np.ndarray) -> np.ndarray:
-        e = math.exp(self.epsilon)
-        return 0.5 + np.asarray(t, dtype=float) * (e - 1.0) / (2.0 * e + 2.0)
-
     def _edges(self) -> np.ndarray:
         """``V + 1`` edges in ``y`` of the ranks' bins: ``-C``, the midpoints, ``C``."""
-        v, c = self.size, self.pm_bound
+        v, c = self.size, self.pm.bound
         mids = (2.0 * np.arange(v - 1) + 1.0) / (v - 1) - 1.0
         return np.concatenate(([-c], mids, [c]))
 
@@ -442,17 +502,8 @@ class HM:
     def perturb_values(self, t: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """HM on numbers ``t`` in ``[-1, 1]``: outputs ``y`` in ``[-C, C]``."""
         t = np.asarray(t, dtype=float)
-        n, c = t.size, self.pm_bound
-        half = math.exp(self.epsilon / 2.0)
-        use_pm, centre, u, plus = (rng.random(n) for _ in range(4))
-        left, right = self._pm_piece(t)
-        # PM: uniform on [l, r] w.p. e^(eps/2) / (e^(eps/2) + 1), else uniform on [-C, l) U (r, C]
-        # (total length C + 1; the first l + C of it lie left of l).
-        outer = (c + 1.0) * u
-        pm = np.where(centre < half / (half + 1.0), left + (c - 1.0) * u,
-                      np.where(outer < left + c, outer - c, right + (outer - (left + c))))
-        duchi = np.where(plus < self._duchi_plus(t), self.duchi_bound, -self.duchi_bound)
-        return np.where(use_pm < self.beta, pm, duchi)
+        use_pm, centre, u, plus = (rng.random(t.size) for _ in range(4))
+        return np.where(use_pm < self.beta, self.pm.sample(t, centre, u), self.duchi.sample(t, plus))
 
     def perturb(self, words: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Perturb ``words``: HM on their ranks, mapped back to the nearest rank's word."""
@@ -462,8 +513,8 @@ class HM:
     def rank_distribution(self, t: float) -> np.ndarray:
         """Exact distribution of the output rank for input ``t``: PM integrated over each bin plus Duchi's atoms."""
         beta = self.beta
-        dist = beta * np.diff(self._pm_cdf(t, self._edges()))
-        plus = float(self._duchi_plus(t))
+        dist = beta * np.diff(self.pm.cdf(t, self._edges()))
+        plus = float(self.duchi.plus_probability(t))
         dist[0] += (1.0 - beta) * (1.0 - plus)   # -C_D < -1: rank 0
         dist[-1] += (1.0 - beta) * plus          # +C_D > 1: rank V - 1
         return dist
@@ -479,8 +530,8 @@ class HM:
         v, beta = self.size, self.beta
         rank = np.arange(v)
         t, edges = self.rank_value(rank), self._edges()
-        keep = beta * (self._pm_cdf(t, edges[1:]) - self._pm_cdf(t, edges[:-1]))
-        plus = self._duchi_plus(t)
+        keep = beta * (self.pm.cdf(t, edges[1:]) - self.pm.cdf(t, edges[:-1]))
+        plus = self.duchi.plus_probability(t)
         keep[0] += (1.0 - beta) * (1.0 - plus[0])
         keep[-1] += (1.0 - beta) * plus[-1]
         out = np.empty(v)

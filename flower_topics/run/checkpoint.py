@@ -12,7 +12,7 @@ same round:
 
 - ``global/<key>``: the global arrays of the strategy after the round;
 - ``strategy/<key>``: the strategy's own arrays (e.g. ``ntm``'s optimizer moments, ``ftm``'s
-  composed local models, the carried counts of a resumed ``lda`` / ``fedlda``);
+  composed local models, the restored counts of a resumed ``lda`` / ``fedlda``);
 - ``meta``: JSON (UTF-8 bytes as a ``uint8`` array; the arrays are not compressed): the
   format version, the round, the run config, the vocabulary, the vocabulary agreement (so
   a resume never runs it again, which would spend privacy again), and the strategy's state
@@ -97,9 +97,10 @@ class Checkpoint:
     lost_releases : list of dict
         The rounds sent to the parties after this checkpoint and lost to a crash, in
         order (``{"round": r, "nodes": [...], "id": ..., ...}`` each).
-    absorbed : list of str
+    counted_lost_releases : list of str
         The ids of the lost releases this checkpoint's state already counts (a journal
-        with one of them is not counted again).
+        with one of them is not counted again); ``meta``'s ``counted_lost_releases`` (an
+        older checkpoint's ``absorbed``).
     """
 
     round: int
@@ -110,7 +111,7 @@ class Checkpoint:
     strategy_arrays: dict[str, np.ndarray] = field(default_factory=dict)
     strategy_meta: dict[str, Any] = field(default_factory=dict)
     lost_releases: list[dict[str, Any]] = field(default_factory=list)
-    absorbed: list[str] = field(default_factory=list)
+    counted_lost_releases: list[str] = field(default_factory=list)
 
 
 #: The strategy's accumulators that grow by one entry a round (:func:`base_state`): a writer
@@ -232,18 +233,19 @@ class CheckpointWriter:
                 or time.monotonic() - self._saved_at >= self.interval)
 
     def save(self, server_round: int, strategy: "TopicStrategy", arrays: ArrayRecord,
-             absorbed: Sequence[str] = ()) -> Path:
+             counted_lost_releases: Sequence[str] = ()) -> Path:
         """Write the state after ``server_round`` (atomically: temp file + ``os.replace``), then empty the
         release journal (``checkpoint-release.json``: its rounds are in the checkpoint now).
 
-        ``absorbed``: the ids of lost releases (``checkpoint-release.json``) the strategy's state counts already.
+        ``counted_lost_releases``: the ids of lost releases (``checkpoint-release.json``) the strategy's state counts
+        already.
         """
         own_arrays, strategy_meta = strategy_state(strategy, history=False)
         holes = {name: f"{self._token}:{name}" for name in (*self._static, *HISTORY_KEYS)}
         strategy_meta["base"].update({key: holes[key] for key in HISTORY_KEYS})
         meta = {"format": FORMAT, "round": int(server_round), "method": self._method, "config": holes["config"],
                 "vocabulary": holes["vocabulary"], "agreement": holes["agreement"], "strategy": strategy_meta,
-                "absorbed": list(absorbed), "written": time.time()}
+                "counted_lost_releases": list(counted_lost_releases), "written": time.time()}
         fill = dict(self._static)
         fill.update({key: self._history(key, getattr(strategy, key)) for key in HISTORY_KEYS})
         # one pass over the text with the holes: what is filled in is never scanned again
@@ -285,12 +287,13 @@ def load_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
     checkpoint = Checkpoint(round=int(meta["round"]), config=dict(meta["config"]),
                             vocabulary=tuple(meta["vocabulary"]), agreement=dict(meta["agreement"]),
                             global_arrays=global_arrays, strategy_arrays=strategy_arrays,
-                            strategy_meta=dict(meta["strategy"]), absorbed=list(meta.get("absorbed", [])))
+                            strategy_meta=dict(meta["strategy"]),
+                            counted_lost_releases=list(meta.get("counted_lost_releases", meta.get("absorbed", []))))
     release = directory / RELEASE_FILE
     if release.is_file():
         checkpoint.lost_releases = [record for record in read_releases(release)
                                     if int(record.get("round", 0)) > checkpoint.round
-                                    and record.get("id") not in checkpoint.absorbed]
+                                    and record.get("id") not in checkpoint.counted_lost_releases]
     return checkpoint
 
 

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import difflib
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from flower_topics.data.partition import SCHEMES as PARTITION_SCHEMES
 from flower_topics.data.periods import PERIODS, period_grid
 from flower_topics.data.readers import DATE_COLUMN_HELP
 from flower_topics.data.synthetic import years_problem
 from flower_topics.errors import UserInputError
-from flower_topics.methods import METHODS, all_node_options, get_method
+from flower_topics.methods import BUILT_IN, METHODS, all_node_options, get_method
 from flower_topics.models.seed_words import SEED_WEIGHT
 from flower_topics.options import (
     ConfigValue, Option, at_least, coerce, in_range, one_of, positive, positive_finite, shown,
@@ -53,7 +53,8 @@ def _count_or_fraction(v: Any) -> str | None:
 GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
     {
         # --- what to run
-        "method": Option("lda", "topic modeling method (see the methods table)", one_of(*METHODS)),
+        "method": Option("lda", "topic modeling method (see the methods table)",
+                         lambda v: None if v in METHODS else f"must be one of {', '.join(METHODS)}"),
         "num-topics": Option(10, "number of topics K", at_least(1)),
         "num-rounds": Option(20, "number of federated rounds", at_least(1)),
         "seed": Option(0, "the one seed every random choice flows from", at_least(0)),
@@ -171,11 +172,31 @@ GLOBAL_OPTIONS: Mapping[str, Option] = MappingProxyType(
 )
 
 
+class _Options(Mapping[str, Option]):
+    """The global options, then each registered method's under its name, read from the registry at each use (so
+    that a method :func:`~flower_topics.methods.register_method` adds later has its keys too)."""
+
+    def __init__(self) -> None:
+        self._built: tuple[tuple[str, ...], dict[str, Option]] = ((), {})
+
+    def _table(self) -> dict[str, Option]:
+        if self._built[0] != tuple(METHODS):  # built again only when a method was registered since
+            self._built = (tuple(METHODS), {**GLOBAL_OPTIONS, **{spec.key(name): option for spec in METHODS.values()
+                                                                 for name, option in spec.options.items()}})
+        return self._built[1]
+
+    def __getitem__(self, key: str) -> Option:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
 #: Every key: the global options and each registered method's options under its name.
-OPTIONS: Mapping[str, Option] = MappingProxyType({
-    **GLOBAL_OPTIONS,
-    **{spec.key(name): option for spec in METHODS.values() for name, option in spec.options.items()},
-})
+OPTIONS: Mapping[str, Option] = _Options()
 
 
 def defaults() -> dict[str, ConfigValue]:
@@ -351,17 +372,22 @@ def parse_assignments(items: list[str] | None) -> dict[str, str]:
 
 
 def pyproject_tables() -> dict[str, Any]:
-    """The defaults as ``[tool.flwr.app.config]`` holds them: global keys, then one table per method."""
+    """The defaults as ``[tool.flwr.app.config]`` holds them: global keys, then one table per built-in method
+    (:data:`~flower_topics.methods.BUILT_IN`; a method registered by ``register_method`` is documented by its
+    owner)."""
     tables: dict[str, Any] = {key: opt.default for key, opt in GLOBAL_OPTIONS.items()}
-    for spec in METHODS.values():
+    for spec in map(METHODS.__getitem__, BUILT_IN):
         tables[spec.name] = {name: opt.default for name, opt in spec.options.items()}
     return tables
 
 
 def options_table() -> str:
-    """The table of every option (Markdown; docs/run-config.md holds it), from the schema and the registry."""
+    """The table of every option (Markdown; docs/run-config.md holds it), from the schema and the built-in
+    methods (:data:`~flower_topics.methods.BUILT_IN`)."""
     lines = ["| key | default | meaning |", "|---|---|---|"]
-    for key, opt in OPTIONS.items():
+    built_in = {**GLOBAL_OPTIONS, **{METHODS[name].key(key): opt for name in BUILT_IN
+                                     for key, opt in METHODS[name].options.items()}}
+    for key, opt in built_in.items():
         lines.append(f"| `{key}` | `{opt.default!r}` | {opt.help.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 

@@ -83,9 +83,9 @@ class RunOutputs:
         source = None if resume_from is None else Path(resume_from).expanduser().resolve()
         self.directory.mkdir(parents=True, exist_ok=True)
         if source is not None:
-            self._carry_metrics(source / METRICS_FILE, resume_round)
+            self._copy_metrics(source / METRICS_FILE, resume_round)
 
-    def _carry_metrics(self, source: Path, resume_round: int) -> None:
+    def _copy_metrics(self, source: Path, resume_round: int) -> None:
         """``metrics.jsonl`` with the interrupted run's lines of rounds 1 .. ``resume_round`` (written atomically)."""
         rows = [row for row in read_metrics(source) if int(row.get("round", 0)) <= resume_round] \
             if source.is_file() else []

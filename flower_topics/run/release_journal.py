@@ -23,12 +23,14 @@ RELEASE_FILE = "checkpoint-release.json"
 
 
 def write_release(directory: str | os.PathLike[str], server_round: int, nodes: Sequence[int],
-                  extra: Mapping[str, Any] | None = None) -> Path:
+                  details: Mapping[str, Any] | None = None) -> Path:
     """Record, before a round's messages go out, that round ``server_round`` is released to ``nodes``: one line
-    appended to ``checkpoint-release.json`` in one write (a crash during it happens before the messages go out)."""
+    appended to ``checkpoint-release.json`` in one write (a crash during it happens before the messages go out),
+    with the strategy's ``details`` of the release
+    (:meth:`~flower_topics.strategies.base.TopicStrategy.release_details`)."""
     path = Path(directory) / RELEASE_FILE
     line = json.dumps({"round": int(server_round), "nodes": [int(n) for n in nodes], "id": uuid.uuid4().hex,
-                       **plain_json(dict(extra or {}))}) + "\n"
+                       **plain_json(dict(details or {}))}) + "\n"
     with open(path, "ab") as fh:
         fh.write(line.encode("utf-8"))
     return path

@@ -147,8 +147,8 @@ class SecureRound:
 
     def _exchange(self, stage: str, requests: dict[int, dict]) -> dict[int, ConfigRecord]:
         messages = []
-        for node, extra in requests.items():
-            content = RecordDict({CONFIG: ConfigRecord({"stage": stage, "round": self.server_round, **extra})})
+        for node, stage_entries in requests.items():
+            content = RecordDict({CONFIG: ConfigRecord({"stage": stage, "round": self.server_round, **stage_entries})})
             self.bytes_sent += payload_bytes(content)
             messages.append(Message(content=content, message_type=MESSAGE_TYPE, dst_node_id=node))
         answers = {}

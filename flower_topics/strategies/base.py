@@ -156,7 +156,7 @@ class TopicStrategy(MethodHooks, ReleaseHooks, Strategy):
         log(INFO, "\t├──> %s (method %s, V=%d)", type(self).__name__, self.method, self.vocab_size)
         log(INFO, "\t├──> Sampling: fraction %.2f, at least %d node(s), %g valid replies a round, seed %d",
             self.fraction_train, self.min_nodes, self.min_replies, self.seed)
-        log(INFO, "\t└──> Settings: %s", self.settings())
+        log(INFO, "\t└──> Settings: %s", self.train_config())
 
     def sample_nodes(self, grid: Grid, server_round: int) -> list[int]:
         """Wait for ``min_nodes`` nodes that can take part, then sample the round's nodes with the seed."""
@@ -201,12 +201,12 @@ class TopicStrategy(MethodHooks, ReleaseHooks, Strategy):
         if self.secure_stage is not None:
             records = self.secure_stage.setup(grid, server_round, nodes, traffic)
         carried = self._carry_evaluation(server_round, arrays, len(records))
-        settings = {**dict(config), **self.settings(), "server-round": server_round, "vocabulary": self.fingerprint}
+        entries = {**dict(config), **self.train_config(), "server-round": server_round, "vocabulary": self.fingerprint}
         messages = []
         for node_id, node_records in records.items():
             content = RecordDict({
                 ARRAYS: self.node_arrays(server_round, node_id, arrays),
-                CONFIG: ConfigRecord({**settings, "last-applied-round": self.last_applied.get(node_id, 0)}),
+                CONFIG: ConfigRecord({**entries, "last-applied-round": self.last_applied.get(node_id, 0)}),
                 **node_records,
             })
             traffic.bytes_sent += payload_bytes(content)

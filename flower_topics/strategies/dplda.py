@@ -83,7 +83,7 @@ RAW_KEY = "lambda-average"
 VARIANCE_KEY = "noise-variance"
 
 
-def run_settings(config: Mapping[str, Any]) -> wire.DPLDASettings:
+def calibrated_settings(config: Mapping[str, Any]) -> wire.DPLDASettings:
     """The settings every party receives, from a validated run config, with ``sigma`` calibrated to its target
     (:func:`~flower_topics.privacy.dplda_calibration.noise_multiplier`)."""
     return wire.DPLDASettings.from_record({**config, "dplda.noise-multiplier": calibration.noise_multiplier(config)})
@@ -176,7 +176,7 @@ class DPLDA(TopicStrategy):
     def from_config(cls, config: Mapping[str, Any], vocabulary: Sequence[str]) -> "DPLDA":
         """The strategy of a validated run config (the noise multiplier calibrated to the whole-run target)."""
         calibration.check_config(config)
-        return cls(vocabulary, run_settings(config), budget=calibration.budget(config), eta=float(config["beta"]),
+        return cls(vocabulary, calibrated_settings(config), budget=calibration.budget(config), eta=float(config["beta"]),
                    tau0=step_delay(config), kappa=float(config["dplda.kappa"]),
                    threshold=float(config["dplda.threshold"]), background=float(config["dplda.background"]),
                    init=str(config["dplda.init"]), public_corpus=public_corpus(config),
@@ -221,7 +221,7 @@ class DPLDA(TopicStrategy):
         lam = self.public(arrays)
         return lam / lam.sum(axis=1, keepdims=True)
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha, q, C, sigma, the target and the E-step iterations."""
         return self.dplda.to_record()
 
@@ -253,7 +253,7 @@ class DPLDA(TopicStrategy):
         self.updates += 1
         return model_record(average, variance), {"step-size": rho, "noise-std": float(np.sqrt(variance))}
 
-    def prevalence_settings(self) -> dict[str, Any]:
+    def prevalence_config(self) -> dict[str, Any]:
         """The round settings and the prevalence release's noise multiplier (and, under secure aggregation, its
         integer units: the rounds' ``C x quantum``, so that one accountant composes both)."""
         units = {PREVALENCE_UNITS: self.dplda.sensitivity_units} if self.secure is not None else {}

@@ -29,7 +29,7 @@ Resume (:mod:`flower_topics.run.checkpoint`): the parties of a new Flower run st
 ``context.state``, and a party that kept it cannot be told apart from the perturbed tuples,
 so every party restarts its server view: the strategy tells each ``last-applied-round`` 0,
 the parties enter their tokens again (``(w, K, k)``) from their samplers, and the
-checkpointed counts are :class:`~flower_topics.strategies.carried_counts.CarriedCounts`, retired as the
+checkpointed counts are :class:`~flower_topics.strategies.restored_counts.RestoredCounts`, retired as the
 entries arrive, so that no token is counted twice. The per-party release counters are
 folded into a run-wide offset (node ids may change): a resumed run reports at least what
 an uninterrupted one would.
@@ -51,7 +51,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 from flwr.common import log
 
-from flower_topics.strategies.carried_counts import CarriedCounts
+from flower_topics.strategies.restored_counts import RestoredCounts
 from flower_topics.models.seed_words import SeedPrior, config_seed_prior
 from flower_topics.models.update_tuples import Tuples, apply_tuples, clamped_topic_word, public_sample_size
 from flower_topics.privacy import compose, zipf_fit
@@ -113,9 +113,9 @@ class FedLDA(TopicStrategy):
         self.last_realized: RealizedLDP | None = None
         self.max_tuples_per_doc = 0
         self.last_phi: np.ndarray | None = None
-        # resume (flower_topics.run.checkpoint): the realized delta before it, and the carried counts
+        # resume (flower_topics.run.checkpoint): the realized delta before it, and the restored counts
         self.realized_delta_before = 0.0
-        self.carried: CarriedCounts | None = None
+        self.restored: RestoredCounts | None = None
         self._own: np.ndarray | None = None
 
     @classmethod
@@ -133,7 +133,7 @@ class FedLDA(TopicStrategy):
         """phi from the counts clamped at zero."""
         return clamped_topic_word(arrays[wire.COUNTS_KEY].numpy(), self.prior)
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha, the sampler and the mechanism."""
         return self.fedlda.to_record()
 
@@ -177,7 +177,7 @@ class FedLDA(TopicStrategy):
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
         """Apply every valid reply's tuples to the counts (Algorithm 2)."""
-        counts = (self._own if self.carried is not None else arrays[wire.COUNTS_KEY].numpy()).astype(np.int64)
+        counts = (self._own if self.restored is not None else arrays[wire.COUNTS_KEY].numpy()).astype(np.int64)
         public_l = public_sample_size(self.fedlda.pad_length, self.fedlda.sample_ratio)
         round_l, skipped = public_l or 0, 0
         for reply in replies:
@@ -189,20 +189,20 @@ class FedLDA(TopicStrategy):
         metrics = {"num-tuples": n_tuples, "tuples-skipped": skipped,
                    "num-documents": (n_tuples // public_l if public_l else
                                      sum(int(r.metrics["num-documents"]) for r in replies))}
-        if self.carried is not None:  # a resume in progress: the entries re-enter the carried tokens
+        if self.restored is not None:  # a resume in progress: the entries re-enter the restored tokens
             self._own = counts
-            self.carried.entered += sum(int(np.sum(r.arrays[wire.TUPLES_KEY][:, 1] == self.fedlda.n_topics))
+            self.restored.entered += sum(int(np.sum(r.arrays[wire.TUPLES_KEY][:, 1] == self.fedlda.n_topics))
                                         for r in replies)
-            metrics["carried-share"] = self.carried.remaining
-            counts = self.carried.mix(counts)
-            if self.carried.remaining <= 0:
-                self.carried, self._own = None, None
+            metrics["restored-share"] = self.restored.remaining
+            counts = self.restored.mix(counts)
+            if self.restored.remaining <= 0:
+                self.restored, self._own = None, None
         self.last_phi = clamped_topic_word(counts, self.prior)
         return ArrayRecord({wire.COUNTS_KEY: Array(counts)}), metrics
 
     # ------------------------------------------------------------ checkpoint
     def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Releases per party, realized deltas, the largest l, the last realized guarantee, carried counts."""
+        """Releases per party, realized deltas, the largest l, the last realized guarantee, restored counts."""
         arrays: dict[str, np.ndarray] = {}
         meta: dict[str, Any] = {
             **self.releases.state(),
@@ -212,11 +212,11 @@ class FedLDA(TopicStrategy):
             "last_realized": None if self.last_realized is None else dataclasses.asdict(self.last_realized)}
         if self.last_phi is not None:
             arrays["fedlda-last-phi"] = self.last_phi
-        if self.carried is not None:
-            carried_arrays, carried_meta = self.carried.state("fedlda-")
-            arrays.update(carried_arrays)
+        if self.restored is not None:
+            restored_arrays, restored_meta = self.restored.state("fedlda-")
+            arrays.update(restored_arrays)
             arrays["fedlda-own"] = self._own
-            meta.update(carried_meta)
+            meta.update(restored_meta)
         return arrays, meta
 
     def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -227,7 +227,7 @@ class FedLDA(TopicStrategy):
         self.realized_delta_before = float(meta["realized_delta_before"])
         self.last_realized = None if meta["last_realized"] is None else RealizedLDP(**meta["last_realized"])
         self.last_phi = np.array(arrays["fedlda-last-phi"]) if "fedlda-last-phi" in arrays else None
-        self.carried = CarriedCounts.from_state("fedlda-", arrays, meta)
+        self.restored = RestoredCounts.from_state("fedlda-", arrays, meta)
         self._own = np.array(arrays["fedlda-own"], dtype=np.int64) if "fedlda-own" in arrays else None
 
     def release_details(self) -> dict[str, Any]:
@@ -240,15 +240,15 @@ class FedLDA(TopicStrategy):
         self.realized_delta_before += float(release.get("realized_delta", 0.0))
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Fold the per-party counters into the offsets, and carry the counts while every party re-enters."""
+        """Fold the per-party counters into the offsets, and keep the restored counts while every party re-enters."""
         self.releases.fold()
         self.realized_delta_before += max(self.realized_deltas.values(), default=0.0)
         self.realized_deltas = {}
         counts = np.asarray(arrays[wire.COUNTS_KEY], dtype=np.int64)
-        if self.carried is not None:  # resumed again before the last resume's tokens were all back
-            self.carried = CarriedCounts(counts - self._own, self.carried.total, self.carried.entered)
+        if self.restored is not None:  # resumed again before the last resume's tokens were all back
+            self.restored = RestoredCounts(counts - self._own, self.restored.total, self.restored.entered)
         else:
-            self.carried = CarriedCounts(np.maximum(counts, 0), int(np.maximum(counts, 0).sum()))
+            self.restored = RestoredCounts(np.maximum(counts, 0), int(np.maximum(counts, 0).sum()))
         self._own = np.zeros_like(counts)
         self.last_applied.clear()  # every party restarts its server view (see the module docstring)
 

@@ -92,7 +92,7 @@ class FTM(TopicStrategy):
         """M*, rows renormalized."""
         return normalize_rows(arrays[wire.GLOBAL_KEY].numpy())
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, the priors, the mechanism and the local iterations."""
         return self.ftm.to_record()
 

@@ -37,7 +37,7 @@ Resume (:mod:`flower_topics.run.checkpoint`). Parties that kept their ``context.
 changes that sum to zero, and the run continues exactly. A party that restarted without it
 (every party of a new Flower run) sends its whole counts again (a change summing to its
 ``num-tokens``); the first such reply after a resume turns the checkpointed counts into
-:class:`~flower_topics.strategies.carried_counts.CarriedCounts`, retired as the parties re-enter their
+:class:`~flower_topics.strategies.restored_counts.RestoredCounts`, retired as the parties re-enter their
 tokens, so that none is counted twice.
 """
 
@@ -51,7 +51,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from flower_topics.strategies.carried_counts import CarriedCounts
+from flower_topics.strategies.restored_counts import RestoredCounts
 from flower_topics.errors import UserInputError
 from flower_topics.models.lda import topic_word_distribution
 from flower_topics.models.seed_words import config_seed_prior
@@ -82,8 +82,8 @@ class ReplyKind(enum.Enum):
     OWN = "own"
     #: A party that restarted without its state, sending its whole counts again: they enter its own counts.
     ENTRY = "entry"
-    #: A party that kept its state: the change moves tokens of the checkpointed (carried) counts.
-    CARRIED = "carried"
+    #: A party that kept its state: the change moves tokens of the restored (checkpointed) counts.
+    KEPT = "kept"
 
 
 @dataclass
@@ -92,8 +92,8 @@ class ResumedRound:
 
     Parameters
     ----------
-    carried : np.ndarray
-        The carried counts with every ``carried`` change so far.
+    restored : np.ndarray
+        The restored counts with every ``kept`` change so far.
     own : np.ndarray or None
         The counts entered since the resume with every ``own`` and ``entry`` change so far (None: none yet).
     entries : list of int
@@ -102,14 +102,14 @@ class ResumedRound:
         The tokens they entered.
     """
 
-    carried: np.ndarray
+    restored: np.ndarray
     own: np.ndarray | None = None
     entries: list[int] = field(default_factory=list)
     entered: int = 0
 
     def own_or_zero(self) -> np.ndarray:
         """The own counts, all zero when nothing was entered yet."""
-        return self.own if self.own is not None else np.zeros_like(self.carried)
+        return self.own if self.own is not None else np.zeros_like(self.restored)
 
 class ADLDA(TopicStrategy):
     """AD-LDA: federated collapsed Gibbs sampling that sums the parties' count changes.
@@ -133,8 +133,8 @@ class ADLDA(TopicStrategy):
         self.seeds = settings.seed_prior(self.vocab_size)
         self._sent_counts: tuple[int, ArrayRecord, ArrayRecord] | None = None
         self._round_sum: tuple[int, np.ndarray] | None = None
-        # resume (flower_topics.run.checkpoint): carried counts while restarted parties re-enter their tokens
-        self.carried: CarriedCounts | None = None
+        # resume (flower_topics.run.checkpoint): restored counts while restarted parties re-enter their tokens
+        self.restored: RestoredCounts | None = None
         self.entered_nodes: set[int] = set()
         self._own: np.ndarray | None = None
         self._resumed = False
@@ -176,7 +176,7 @@ class ADLDA(TopicStrategy):
             return report
         return dataclasses.replace(report, details={**report.details, "seed_words": self.seeds.privacy_note()})
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, alpha, beta and the local sweeps."""
         return self.lda.to_record()
 
@@ -204,8 +204,8 @@ class ADLDA(TopicStrategy):
             self._round_sum = (server_round, self._current[wire.COUNTS_KEY].numpy().astype(np.int64))
             if self._resumed:
                 self._round_parts = ResumedRound(
-                    carried=(self._round_sum[1].copy() if self.carried is None
-                             else self.carried.carried.astype(np.int64)),
+                    restored=(self._round_sum[1].copy() if self.restored is None
+                              else self.restored.restored.astype(np.int64)),
                     own=self._own.copy() if self._own is not None else None)
         if not self._resumed and self.secure is None:  # the common case: add the changed cells only
             index, change = wire.decode_delta_entries(reply.arrays, self.lda, self.vocab_size)
@@ -225,10 +225,10 @@ class ADLDA(TopicStrategy):
             return
         kind = self._kind(reply, delta)
         parts = self._round_parts
-        counts = (parts.carried if kind is ReplyKind.CARRIED else parts.own_or_zero()) + delta
+        counts = (parts.restored if kind is ReplyKind.KEPT else parts.own_or_zero()) + delta
         _check_counts(counts)
-        if kind is ReplyKind.CARRIED:
-            parts.carried = counts
+        if kind is ReplyKind.KEPT:
+            parts.restored = counts
         else:
             parts.own = counts
             if kind is ReplyKind.ENTRY:
@@ -249,9 +249,9 @@ class ADLDA(TopicStrategy):
             return ReplyKind.OWN
         tokens = int(reply.metrics["num-tokens"])
         restarted = tokens > 0 and int(delta.sum()) == tokens and (
-            self.carried is not None or reply.node_id not in self._known_nodes
+            self.restored is not None or reply.node_id not in self._known_nodes
             or self.last_applied.get(reply.node_id, 0) > 0)
-        return ReplyKind.ENTRY if restarted else ReplyKind.CARRIED
+        return ReplyKind.ENTRY if restarted else ReplyKind.KEPT
 
     def aggregate(self, server_round: int, arrays: ArrayRecord, replies: list[Reply]
                   ) -> tuple[ArrayRecord, dict[str, float]]:
@@ -262,33 +262,33 @@ class ADLDA(TopicStrategy):
         if not self._resumed:
             return counts_record(self._round_sum[1]), metrics
         parts = self._round_parts
-        if self.carried is None and not parts.entries:  # every party kept its state: exact continuation
+        if self.restored is None and not parts.entries:  # every party kept its state: exact continuation
             self._resumed = False
-            return counts_record(parts.carried), metrics
-        if self.carried is None:
-            self.carried = CarriedCounts(parts.carried, int(self._current[wire.COUNTS_KEY].numpy().sum()))
+            return counts_record(parts.restored), metrics
+        if self.restored is None:
+            self.restored = RestoredCounts(parts.restored, int(self._current[wire.COUNTS_KEY].numpy().sum()))
         else:
-            self.carried.carried = parts.carried
-        self.carried.entered += parts.entered
+            self.restored.restored = parts.restored
+        self.restored.entered += parts.entered
         self.entered_nodes.update(parts.entries)
         self._own = parts.own_or_zero()
-        counts = self.carried.mix(self._own)
-        metrics["carried-share"] = self.carried.remaining
-        if self.carried.remaining <= 0:  # every carried token is back: plain AD-LDA from here
-            self.carried, self._own, self._resumed = None, None, False
+        counts = self.restored.mix(self._own)
+        metrics["restored-share"] = self.restored.remaining
+        if self.restored.remaining <= 0:  # every restored token is back: plain AD-LDA from here
+            self.restored, self._own, self._resumed = None, None, False
             self.entered_nodes.clear()
         return counts_record(counts), metrics
 
     # ------------------------------------------------------------ checkpoint
     def checkpoint_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The carried counts of a resume in progress (nothing otherwise: the counts are the global arrays)."""
+        """The restored counts of a resume in progress (nothing otherwise: the counts are the global arrays)."""
         arrays: dict[str, np.ndarray] = {}
         meta: dict[str, Any] = {"resumed": self._resumed, "entered_nodes": sorted(self.entered_nodes),
                                 "known_nodes": sorted(self._known_nodes)}
-        if self.carried is not None:
-            carried_arrays, carried_meta = self.carried.state("lda-")
-            arrays.update(carried_arrays, **{"lda-own": self._own})
-            meta.update(carried_meta)
+        if self.restored is not None:
+            restored_arrays, restored_meta = self.restored.state("lda-")
+            arrays.update(restored_arrays, **{"lda-own": self._own})
+            meta.update(restored_meta)
         return arrays, meta
 
     def load_checkpoint_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -296,7 +296,7 @@ class ADLDA(TopicStrategy):
         self._resumed = bool(meta.get("resumed", False))
         self.entered_nodes = {int(n) for n in meta.get("entered_nodes", [])}
         self._known_nodes = {int(n) for n in meta.get("known_nodes", [])}
-        self.carried = CarriedCounts.from_state("lda-", arrays, meta)
+        self.restored = RestoredCounts.from_state("lda-", arrays, meta)
         self._own = np.array(arrays["lda-own"], dtype=np.int64) if "lda-own" in arrays else None
 
     def on_resume(self, arrays: Mapping[str, np.ndarray]) -> None:
@@ -306,7 +306,7 @@ class ADLDA(TopicStrategy):
         party's change needs each party's reply, and the server sees only their sum.
         """
         if self.secure is not None:
-            raise UserInputError("lda: a run with secure-aggregation=true cannot be resumed (the carried counts are "
+            raise UserInputError("lda: a run with secure-aggregation=true cannot be resumed (the restored counts are "
                                  "retired party by party, and the server sees only the sum); start a new run")
         self._resumed = True
         self._known_nodes = set(self.last_applied) | self._known_nodes

@@ -34,8 +34,9 @@ class MethodHooks(ABC):
         """The ``K x V`` topic-word distribution of a global model."""
 
     @abstractmethod
-    def settings(self) -> dict[str, Any]:
-        """The method's settings every party receives (the wire module's ``to_record``)."""
+    def train_config(self) -> dict[str, Any]:
+        """The method's entries of every training message's ConfigRecord: its settings, what every party receives
+        (the wire module's ``SETTINGS.to_record()``)."""
 
     @abstractmethod
     def reply_spec(self) -> ReplySpec:

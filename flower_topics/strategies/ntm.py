@@ -181,7 +181,7 @@ class NTM(TopicStrategy):
         unflatten_parameters(self._scratch, self.weights(arrays))
         return topic_word(self._scratch)
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """The network, synchronization and DP-SGD settings."""
         return self.ntm.to_record()
 

@@ -24,7 +24,7 @@ same for every party).
 
 A missing party's contribution: each round's statistic is a fresh E-step over all of a
 party's units, not a change, so a party whose reply is missing is absent from that
-round's ``p(w|z)`` only; nothing of it is carried over or counted twice.
+round's ``p(w|z)`` only; nothing of it is kept for a later round or counted twice.
 
 Privacy. Each party's data enter only its own releases, one Gaussian mechanism per round
 it took part in (noise multiplier ``sigma``, sensitivity ``Delta N = 1``). The report
@@ -143,7 +143,7 @@ class PCTD(TopicStrategy):
         """The global ``p(w|z)`` as float64, rows renormalized after the float32 transport."""
         return normalize_rows(arrays[wire.PHI_KEY].numpy())
 
-    def settings(self) -> dict[str, Any]:
+    def train_config(self) -> dict[str, Any]:
         """K, sigma and the semantic units."""
         return self.pctd.to_record()
 

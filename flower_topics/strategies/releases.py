@@ -95,7 +95,7 @@ class ReleaseHooks:
         return ("federated evaluation (each party's held-out log-likelihood sums and the co-document counts of the "
                 "top words, sent without noise; federated-eval=false turns it off)")
 
-    def prevalence_settings(self) -> dict[str, Any]:
+    def prevalence_config(self) -> dict[str, Any]:
         """What the prevalence request carries of the method's release rule, beside the periods and the fold-in
         (:mod:`flower_topics.wire.prevalence`); empty (the default): the parties send their exact tables."""
         return {}
