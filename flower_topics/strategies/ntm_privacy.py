@@ -75,6 +75,12 @@ def rdp_epsilon(settings: NTMSettings, sample_rate: float, steps: int) -> float:
     return accountant.get_epsilon(settings.dp_delta)
 
 
+def secure_sample_rate(settings: NTMSettings) -> float:
+    """Under secure aggregation with DP, the largest sample rate any party may have: ``batch-size /
+    min-documents``, capped at 1 (1 when ``min-documents`` is 0)."""
+    return 1.0 if settings.min_documents == 0 else min(1.0, settings.batch_size / settings.min_documents)
+
+
 def secure_report(settings: NTMSettings, rounds: int, steps: int, evaluation: str | None) -> PrivacyReport:
     """With DP under secure aggregation: the parties' RDP accountant, run by the server.
 
@@ -84,7 +90,7 @@ def secure_report(settings: NTMSettings, rounds: int, steps: int, evaluation: st
     ``min-documents`` is 0). RDP grows with ``q`` and with the steps, so this bounds the
     epsilon every party's own accountant reaches (a party with fewer documents refused).
     """
-    q = settings.secure_sample_rate()
+    q = secure_sample_rate(settings)
     epsilon = rdp_epsilon(settings, q, rounds * steps) if rounds else 0.0
     document = PrivacyReport.document_fields(epsilon, settings.dp_delta, SECURE_DOCUMENT_GUARANTEE, evaluation)
     return PrivacyReport(

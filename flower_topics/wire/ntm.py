@@ -265,11 +265,6 @@ class NTMSettings:
                 "secure-aggregation": self.secure, "ntm.secure-clip": self.secure_clip, "ntm.quantum": self.quantum,
                 "ntm.min-documents": self.min_documents}
 
-    def secure_sample_rate(self) -> float:
-        """Under secure aggregation with DP, the largest sample rate any party may have: ``batch-size /
-        min-documents``, capped at 1 (1 when ``min-documents`` is 0)."""
-        return 1.0 if self.min_documents == 0 else min(1.0, self.batch_size / self.min_documents)
-
 
 #: The settings class (what every party of a round receives).
 SETTINGS = NTMSettings
