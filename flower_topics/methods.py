@@ -220,6 +220,13 @@ class MethodSpec:
             raise TypeError(f"method {self.name!r}: client {self.client} is not a LocalStep")
         return step
 
+    def __reduce_ex__(self, protocol: Any) -> str | tuple[Any, ...]:
+        """A registered spec pickles as its name (looked up in :data:`METHODS` where it is unpickled), not as its
+        parts: Flower's simulation engine pickles the ClientApp, which holds each method's, with every message."""
+        if METHODS.get(self.name) is self:
+            return get_method, (self.name,)
+        return super().__reduce_ex__(protocol)
+
 
 def _load(path: str) -> Any:
     module, _, name = path.partition(":")

@@ -227,10 +227,10 @@ def preprocess(
     sentence_lengths = np.fromiter((len(s) for doc in sentences for s in doc), dtype=np.int64)
     per_doc = [list(itertools.chain.from_iterable(doc)) for doc in sentences]
     lengths = np.fromiter(map(len, per_doc), dtype=np.int64, count=n_input)
-    index: dict[str, int] = {}
-    flat = itertools.chain.from_iterable(per_doc)
-    ids = np.fromiter((index.setdefault(w, len(index)) for w in flat), dtype=np.int64, count=int(lengths.sum()))
-    words = list(index)
+    words = list(dict.fromkeys(itertools.chain.from_iterable(per_doc)))  # in order of first occurrence
+    index = {w: i for i, w in enumerate(words)}
+    ids = np.fromiter(map(index.__getitem__, itertools.chain.from_iterable(per_doc)), dtype=np.int64,
+                      count=int(lengths.sum()))
     doc_ids = np.repeat(np.arange(n_input, dtype=np.int64), lengths)
 
     keep_word = _vocabulary_mask(words, ids, doc_ids, config, low, high)
@@ -291,7 +291,8 @@ def _vocabulary_mask(
     if config.stopwords is not None:
         stop = stopword_list(config.stopwords)
         keep &= np.fromiter((w.lower() not in stop for w in words), dtype=bool, count=n_words)
-    pairs = np.unique(doc_ids * n_words + ids)
+    pairs = np.sort(doc_ids * n_words + ids)  # the distinct (document, word) pairs: a sort, then the changes
+    pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]] if pairs.size else pairs
     df = np.bincount(pairs % n_words, minlength=n_words) if n_words else np.zeros(0, dtype=np.int64)
     keep &= (df >= low) & (df <= high)
     if config.max_vocab is not None and keep.sum() > config.max_vocab:

@@ -401,6 +401,58 @@ def send_prevalence(msg: Message, context: Context, config: Mapping[str, Any]) -
     return reply
 
 
+@dataclass(frozen=True)
+class Handler:
+    """One message type's handler: refuses a request with a party-side key, restores and keeps this party's state
+    around ``step``, and turns a refusal into an error reply with its reason only.
+
+    A module-level class rather than a closure: Flower's simulation engine pickles the ClientApp with every
+    message, and an instance of it travels as a reference to this class and its fields, not as code.
+
+    Parameters
+    ----------
+    name : str
+        What the handler serves, in its log lines and error replies.
+    step : callable
+        ``step(msg, context, config)``, the reply.
+    keeps_state : bool
+        Whether this party's state is kept (``party_state.persist``) after the step.
+    run_config : Mapping, optional
+        A fixed run config (:func:`make_client_app`); by default the run's.
+    """
+
+    name: str
+    step: Callable[..., Message]
+    keeps_state: bool = True
+    run_config: Mapping[str, Any] | None = None
+
+    def __call__(self, msg: Message, context: Context) -> Message:
+        name, step, run_config = self.name, self.step, self.run_config
+        started = message_timing.begin()
+        try:
+            party_side.check_request(msg)  # before anything else: no party-side key, no secure request unmasked
+            config = data_config(context.run_config if run_config is None else run_config)
+            with message_timing.stage("state"):
+                if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
+                    log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
+                        context.run_id)
+            reply = party_ledger.guarded(step, msg, context, config,
+                                         context.run_config if run_config is None else run_config)
+            if self.keeps_state:
+                with message_timing.stage("state"):
+                    party_state.persist(context)
+            return reply
+        except UserInputError as exc:
+            log(ERROR, "flower-topics: %s: %s", name, exc)
+            reason = party_side.server_reason(exc, context.node_config)  # the reason only: no path, cap or spend
+            return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {reason}"), reply_to=msg)
+        except Exception as exc:  # a fault: the party's log keeps it; its text (values, paths) stays here
+            log(ERROR, "flower-topics: %s: %s: %s", name, type(exc).__name__, exc, exc_info=exc)
+            raise RuntimeError(f"{name}: {type(exc).__name__} on this party (its log has the details)") from None
+        finally:
+            message_timing.record(name, started)
+
+
 def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp with a ``train.<method>`` handler for every registered method.
 
@@ -411,36 +463,7 @@ def make_client_app(run_config: Mapping[str, Any] | None = None) -> ClientApp:
         empty one); by default the config of the run is used.
     """
     client = ClientApp()
-
-    def handler(name: str, step: Callable[..., Message], keeps_state: bool = True
-                ) -> Callable[[Message, Context], Message]:
-        def handle(msg: Message, context: Context) -> Message:
-            started = message_timing.begin()
-            try:
-                party_side.check_request(msg)  # before anything else: no party-side key, no secure request unmasked
-                config = data_config(context.run_config if run_config is None else run_config)
-                with message_timing.stage("state"):
-                    if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
-                        log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
-                            context.run_id)
-                reply = party_ledger.guarded(step, msg, context, config,
-                                             context.run_config if run_config is None else run_config)
-                if keeps_state:
-                    with message_timing.stage("state"):
-                        party_state.persist(context)
-                return reply
-            except UserInputError as exc:
-                log(ERROR, "flower-topics: %s: %s", name, exc)
-                reason = party_side.server_reason(exc, context.node_config)  # the reason only: no path, cap or spend
-                return Message(error=Error(code=BAD_INPUT, reason=f"{name}: {reason}"), reply_to=msg)
-            except Exception as exc:  # a fault: the party's log keeps it; its text (values, paths) stays here
-                log(ERROR, "flower-topics: %s: %s: %s", name, type(exc).__name__, exc, exc_info=exc)
-                raise RuntimeError(f"{name}: {type(exc).__name__} on this party (its log has the details)") from None
-            finally:
-                message_timing.record(name, started)
-
-        return handle
-
+    handler = functools.partial(Handler, run_config=run_config)
     for spec in METHODS.values():
         client.train(spec.name)(handler(spec.name, functools.partial(local_round, spec)))
     client.query("candidates")(handler("vocabulary agreement", send_candidates))

@@ -107,9 +107,11 @@ def _recip(x):  # pragma: no cover - numba
     return np.float32(1.0 / x) if x > 0 else np.float32(0.0)
 
 
-def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
+def _make_dense_kernel(lanes: int, topics: int = 0, seeded: bool = False) -> Callable[..., None]:
     """The dense kernel with ``lanes`` lanes and, if ``topics`` > 0, that many topics, both compile-time
-    constants (numba caches each kernel by them); ``topics=0``: K taken from the counts at run time."""
+    constants (numba caches each kernel by them); ``topics=0``: K taken from the counts at run time.
+    ``seeded``, a compile-time constant too: whether ``seed_rows`` may name seed words; without, the
+    kernel compiles without the seed words' branch (as fast as the symmetric prior's own kernel)."""
 
     @njit(cache=True, nogil=True, fastmath=_FASTMATH)
     def dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta,
@@ -160,7 +162,6 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
         a = np.float32(alpha)
         b = np.float32(beta)
         last_lane = min(n_topics, lanes) - 1
-        seeded = seed_rows.shape[0] > 0
         n_tokens = tokens.shape[0]
         current = -1
         flat = wk.reshape(-1)
@@ -222,20 +223,24 @@ def _make_dense_kernel(lanes: int, topics: int = 0) -> Callable[..., None]:
 
 
 _DENSE_KERNEL_ANY_K = _make_dense_kernel(_LANES)
+_SEEDED_DENSE_KERNEL_ANY_K = _make_dense_kernel(_LANES, seeded=True)
 
 
 @functools.cache
-def _dense_kernel_for(n_topics: int) -> Callable[..., None]:
+def _dense_kernel_for(n_topics: int, seeded: bool = False) -> Callable[..., None]:
     """The dense kernel for K topics: up to ``_FEW_TOPICS``, 4 lanes and K fixed at compile time (its loops
     unrolled), compiled once per K and then loaded from numba's cache; above, ``_LANES`` lanes for any K
-    (unrolling does not pay there: ``benchmarks/bench_sampler.py``)."""
-    return _make_dense_kernel(4, n_topics) if n_topics <= _FEW_TOPICS else _DENSE_KERNEL_ANY_K
+    (unrolling does not pay there: ``benchmarks/bench_sampler.py``). ``seeded``: the kernel that reads seed
+    words' priors (:func:`_make_dense_kernel`)."""
+    if n_topics <= _FEW_TOPICS:
+        return _make_dense_kernel(4, n_topics, seeded)
+    return _SEEDED_DENSE_KERNEL_ANY_K if seeded else _DENSE_KERNEL_ANY_K
 
 
 def _dense_kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta, uniforms):
-    """The dense kernel for ``nk``'s number of topics (:func:`_dense_kernel_for`)."""
-    _dense_kernel_for(nk.shape[0])(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta,
-                                   uniforms)
+    """The dense kernel for ``nk``'s number of topics and ``seed_rows`` (:func:`_dense_kernel_for`)."""
+    kernel = _dense_kernel_for(nk.shape[0], seed_rows.shape[0] > 0)
+    kernel(tokens, doc_ids, z, dk, wk, nk, alpha, beta, v_beta, seed_rows, seed_beta, uniforms)
 
 
 def _with_slack(name: str, shape: tuple[int, int]) -> np.ndarray:

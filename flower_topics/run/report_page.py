@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-from scipy.spatial.distance import pdist, squareform
 
 from flower_topics.data.prepare import SYNTHETIC
 from flower_topics.errors import UserInputError
@@ -126,6 +125,8 @@ def _text(value: Any) -> str:
 
 def topic_distances(topic_word: np.ndarray) -> np.ndarray:
     """``(K, K)`` Jensen-Shannon distances (base 2, in [0, 1]) between the topics' word distributions."""
+    from scipy.spatial.distance import pdist, squareform  # here: the ServerApp imports this module for topic_labels
+
     phi = np.asarray(topic_word, dtype=np.float64)
     if phi.shape[0] < 2:
         return np.zeros((phi.shape[0], phi.shape[0]))
