@@ -1,7 +1,7 @@
 """A federated run's cost against an earlier commit: whole processes, alternated in pairs, same model checked.
 
-    python benchmarks/bench_round_cost.py --pairs 3
-    python benchmarks/bench_round_cost.py --baseline aff6668 --pairs 3 \\
+    python benchmarks/bench_round_cost.py --baseline REF --pairs 3
+    python benchmarks/bench_round_cost.py --baseline REF --pairs 3 \\
         --dataset $FLOWER_TOPICS_DATASETS/debian_large/corpus.jsonl --parties 5 --topics 100 --rounds 100
 
 Checks the ``--baseline`` git ref out into a temporary worktree and runs, ``--pairs`` times, the same
@@ -73,7 +73,7 @@ def same_model(a: str, b: str) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", default="aff6668", help="git ref of the code to compare with")
+    parser.add_argument("--baseline", required=True, help="git ref (commit, tag, branch) of the code to compare with")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--dataset", default=str(DATASETS / "debian_large" / "corpus.jsonl"))
     parser.add_argument("--parties", type=int, default=5)

@@ -221,9 +221,11 @@ class MethodSpec:
         return step
 
     def __reduce_ex__(self, protocol: Any) -> str | tuple[Any, ...]:
-        """A registered spec pickles as its name (looked up in :data:`METHODS` where it is unpickled), not as its
-        parts: Flower's simulation engine pickles the ClientApp, which holds each method's, with every message."""
-        if METHODS.get(self.name) is self:
+        """A built-in method's spec pickles as its name (looked up in :data:`METHODS` where it is unpickled), not
+        as its parts: Flower's simulation engine pickles the ClientApp, which holds each method's, with every
+        message. A spec of :func:`register_method` pickles as its parts: the process that unpickles it (a
+        party's Ray actor) has not registered it."""
+        if self.name in BUILT_IN and METHODS.get(self.name) is self:
             return get_method, (self.name,)
         return super().__reduce_ex__(protocol)
 

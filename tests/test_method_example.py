@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 from examples.expected_counts import SPEC
 from examples.expected_counts import wire as example_wire
 from examples.expected_counts.strategy import ExpectedCounts
+from flower_topics.errors import UserInputError
 from flower_topics.federation.client_app import agreed_documents, data_config, make_client_app
 from flower_topics.federation.server_app import run_server, synthetic_truth
 from flower_topics.methods import BUILT_IN, METHODS, MethodSpec, register_method
@@ -145,3 +147,19 @@ def test_a_strategy_whose_from_config_drops_the_federation_options_is_refused_in
         del globals()["Forgetful"]
     assert "\n" not in str(refused.value)
     assert SPEC.build_strategy(config, ["w0", "w1"]).min_nodes == 2
+
+
+def test_a_method_of_one_s_own_runs_in_process_only_and_its_keys_stay_out_of_a_flower_app(tmp_path):
+    """Flower's engine runs the parties in other processes, which have not registered it: refused in one line
+    before anything is read or started; and the run config ``simulate`` writes for a Flower App (a built-in
+    method's run) carries none of a registered method's keys, which a Flower App's config does not declare."""
+    from flower_topics.simulations.runner import simulate, write_app
+
+    with pytest.raises(UserInputError, match="registered in this process only") as refused:
+        simulate(TINY, mode="federated", num_clients=2, out_dir=tmp_path / "run", engine="flower")
+    assert "\n" not in str(refused.value) and not any(tmp_path.iterdir())
+    config = parse_run_config({**TINY, "method": "lda"})
+    assert "expected_counts.max-iterations" in config
+    written = tomllib.loads(write_app(tmp_path / "app", config).read_text())
+    assert written["method"] == "lda" and "lda.local-sweeps" in written
+    assert not [key for key in written if key.startswith("expected_counts.")]

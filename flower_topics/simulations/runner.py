@@ -29,6 +29,7 @@ from flower_topics.data.node_data import load_node_documents
 from flower_topics.federation.preflight import check_public_inputs
 from flower_topics.privacy.party_policy import POLICY_OPTIONS
 from flower_topics.errors import RunFailed, UserInputError
+from flower_topics.methods import BUILT_IN, METHODS
 from flower_topics.topic_model.model_file import TopicModel, load_model
 from flower_topics.run.outputs import check_output_dir, read_metrics
 from flower_topics.simulations.inprocess import InProcessGrid
@@ -100,6 +101,10 @@ def simulate(
                              "modes always run in this process")
     if num_clients < 1:
         raise UserInputError("--clients must be >= 1")
+    method = str(run_config.get("method", "lda"))
+    if method in METHODS and method not in BUILT_IN and mode == "federated" and engine == "flower":
+        raise UserInputError(f"method {method!r} is registered in this process only (register_method), and Flower's "
+                             "engine runs the parties in processes of their own: use engine='inprocess'")
     out_dir = Path(out_dir).expanduser().resolve()
     options = parse_run_options({**run_config, "output-dir": str(out_dir)})
     # before anything is read or started: an output directory that holds a run is refused (as the ServerApp would)
@@ -161,7 +166,9 @@ def write_app(app_dir: Path, run_config: Mapping[str, Any]) -> Path:
     }
     (app_dir / "pyproject.toml").write_text(tomli_w.dumps(project), encoding="utf-8")
     run_config_path = app_dir / "run-config.toml"
-    run_config_path.write_text(tomli_w.dumps(dict(run_config)), encoding="utf-8")
+    registered_here = {name for name in METHODS if name not in BUILT_IN}  # their keys exist in this process only
+    shared = {key: value for key, value in run_config.items() if key.partition(".")[0] not in registered_here}
+    run_config_path.write_text(tomli_w.dumps(shared), encoding="utf-8")
     return run_config_path
 
 
