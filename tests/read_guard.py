@@ -45,7 +45,10 @@ class ReadGuard:
     def __init__(self, root: Path, watched: Path, allowed: list[str]):
         self.root = {p + os.sep for p in _variants(root)}
         self.watched = {p.rstrip(os.sep) + os.sep for p in _variants(watched)}
+        # an allowed folder above the watched one (a checkout in a temporary folder's subfolder) would allow every
+        # read beside the repository: it is allowed except below the watched folder
         self.allowed = tuple(sorted({p.rstrip(os.sep) + os.sep for a in allowed for p in _variants(a)}))
+        self.above = tuple(a for a in self.allowed if any(w.startswith(a) and w != a for w in self.watched))
         self.reads: list[str] = []
         self.where: dict[str, str] = {}  # a recorded path: the code that read it (the innermost frames)
         self.active = False
@@ -60,7 +63,10 @@ class ReadGuard:
             return
         absolute = os.path.abspath(path)
         candidate = absolute + os.sep
-        if candidate.startswith(tuple(self.root)) or candidate.startswith(self.allowed):
+        if candidate.startswith(tuple(self.root)):
+            return
+        if candidate.startswith(self.allowed) and not (candidate.startswith(self.above)
+                                                       and candidate.startswith(tuple(self.watched))):
             return
         for watched in self.watched:
             below = candidate[len(watched):]

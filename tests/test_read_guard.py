@@ -30,6 +30,17 @@ def test_the_guard_records_reads_beside_the_repository_only(tmp_path):
     assert guard.take() == []
 
 
+def test_a_checkout_below_a_temporary_folder_still_watches_its_siblings(tmp_path):
+    """An allowed folder above the checkout's parent (a clone in ``/tmp/work/flower-topics``) does not allow the
+    checkout's siblings; what it holds elsewhere stays allowed."""
+    guard = ReadGuard(tmp_path / "work" / "repo", tmp_path / "work", [str(tmp_path)])
+    guard.check(tmp_path / "pytest-of-someone" / "x.txt")
+    guard.check(tmp_path / "work" / "repo" / "README.md")
+    assert guard.take() == []
+    guard.check(tmp_path / "work" / "corpora" / "corpus.jsonl")
+    assert guard.take() == [str(tmp_path / "work" / "corpora" / "corpus.jsonl")]
+
+
 def test_a_checkout_at_the_filesystem_root_allows_the_systems_folders():
     guard = default_guard(Path("/flower-topics"))
     for path in ("/usr/share/zoneinfo/UTC", "/etc/hosts", "/proc/self/status", "/flower-topics/README.md",
