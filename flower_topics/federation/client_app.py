@@ -431,13 +431,13 @@ class Handler:
         started = message_timing.begin()
         try:
             party_side.check_request(msg)  # before anything else: no party-side key, no secure request unmasked
-            config = data_config(context.run_config if run_config is None else run_config)
+            raw = context.run_config if run_config is None else run_config
+            config = data_config(raw)
             with message_timing.stage("state"):
                 if party_state.restore(context):  # a restarted SuperNode's state, from its state-dir
                     log(INFO, "flower-topics: restored this party's state of run %d from its state-dir",
                         context.run_id)
-            reply = party_ledger.guarded(step, msg, context, config,
-                                         context.run_config if run_config is None else run_config)
+            reply = party_ledger.guarded(step, msg, context, config, raw)
             if self.keeps_state:
                 with message_timing.stage("state"):
                     party_state.persist(context)
